@@ -1,0 +1,128 @@
+"""The two plug-in interfaces: :class:`Task` and :class:`Method` (implementations import torch).
+
+A task owns data, the dense backbone, the loss and the metric.  A method turns the task's dense base
+model (or its own model) into an adaptive model, trains its stages through ``run`` (cached, resumable),
+exposes its knob, and converts the decisions its model logged during the last forward into per-sample
+MACs.  The runner (bench/runner.py) drives both with the same protocol for every method.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable
+
+import torch
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from bench.run import RunContext
+
+
+@dataclass
+class Batch:
+    x: Tensor  # model input
+    y: Tensor  # target
+    meta: dict[str, Tensor] = field(default_factory=dict)  # per-sample extras, e.g. difficulty, index
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+    def to(self, device: str | torch.device) -> "Batch":
+        return Batch(self.x.to(device), self.y.to(device), {k: v.to(device) for k, v in self.meta.items()})
+
+
+@dataclass
+class Quality:
+    value: float  # the metric, e.g. top-1 accuracy in [0, 1]
+    per_sample: Tensor  # per-sample score (1/0 correctness for accuracy)
+
+
+class Task:
+    """Base class of a task implementation.  ``cfg`` is the task's config section."""
+
+    name: str = ""
+    metric: str = "accuracy"
+    higher_is_better: bool = True
+
+    def __init__(self, cfg: Any, run: "RunContext"):
+        self.cfg = cfg
+        self.run = run
+
+    # --- data -------------------------------------------------------------------------------
+    @property
+    def dataset(self) -> str:
+        """The dataset actually used (named in every row, figure title and leaderboard section)."""
+        raise NotImplementedError
+
+    @property
+    def metric_signature(self) -> str:
+        return self.metric
+
+    def train_batch(self, step: int, batch_size: int) -> Batch:
+        """The training batch of a given step (deterministic in seed and step, so runs resume exactly)."""
+        raise NotImplementedError
+
+    def eval_batches(self) -> Iterable[Batch]:
+        """The evaluation split in a fixed order."""
+        raise NotImplementedError
+
+    def example_input(self, batch_size: int) -> Tensor:
+        """A real input batch for timing (taken from the evaluation split)."""
+        raise NotImplementedError
+
+    # --- model ------------------------------------------------------------------------------
+    def build_backbone(self, width: float = 1.0, depth: float = 1.0) -> nn.Module:
+        raise NotImplementedError
+
+    def base_budget(self) -> dict[str, Any]:
+        """Training budget of the dense base model: steps, batch_size, lr (methods get the same)."""
+        return {"steps": self.cfg.train_steps, "batch_size": self.cfg.batch_size, "lr": self.cfg.lr}
+
+    def loss(self, outputs: Tensor, batch: Batch) -> Tensor:
+        return nn.functional.cross_entropy(outputs, batch.y)
+
+    # --- metric -----------------------------------------------------------------------------
+    def predict(self, outputs: Tensor) -> Tensor:
+        return outputs.argmax(dim=-1)
+
+    def score(self, predictions: Tensor, targets: Tensor) -> Quality:
+        correct = (predictions == targets).float()
+        return Quality(float(correct.mean()), correct)
+
+
+class Method:
+    """Base class of a method implementation.  ``cfg`` is the method's config section."""
+
+    name: str = ""
+
+    def __init__(self, cfg: Any, task: Task, run: "RunContext"):
+        self.cfg = cfg
+        self.task = task
+        self.run = run
+
+    def build(self) -> nn.Module:
+        """Return the adaptive model, training (resumably, through ``self.run``) whatever it needs."""
+        raise NotImplementedError
+
+    def knob_values(self) -> list[Any]:
+        """Points of this run: several for an eval-time knob, one for a training-time or static knob."""
+        raise NotImplementedError
+
+    def set_knob(self, model: nn.Module, value: Any) -> None:
+        pass
+
+    def sample_macs(self, model: nn.Module, batch: Batch) -> Tensor:
+        """Per-sample MACs of the last forward of ``model`` on ``batch``, from its logged decisions."""
+        raise NotImplementedError
+
+    def sample_columns(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
+        """Extra per-sample columns of the last forward (e.g. ponder steps), kept beside the row."""
+        return {}
+
+    def variant(self) -> str:
+        """Variant notes that change results (recorded in every row)."""
+        return ""
+
+    def train_budget(self) -> str:
+        """The training budget this method spent, stated for the row."""
+        return ""

@@ -1,0 +1,178 @@
+"""``python -m bench <verb>``: run, report, ls, kernels.
+
+Heavy modules (torch, pandas, matplotlib) are imported only inside the verbs that need them, so
+``--help``, ``ls`` and config errors answer quickly.  Bad input prints one line and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from bench import registry
+from bench.config import ConfigError
+from bench.errors import UserError
+
+USAGE = """usage: python -m bench <verb> [args]
+
+verbs:
+  run [method=<m>] [task=<t>] [key=value ...] [-m]
+        train (cached) and evaluate one method on one task; rows go to results/<task>/<method>/.
+        Hydra overrides; -m / --multirun sweeps comma lists, e.g. -m act.tau=1e-3,1e-2
+        `run --cfg job` prints the composed config; `python -m bench ls` lists every key's default.
+  report [--results-dir results] [--reports-dir reports]
+        Pareto figures and the leaderboard from the rows under results/
+  ls    registered methods, tasks, their config keys and the method x task matrix
+  kernels [--help]
+        ACM kernel latency benchmark (latency vs executed fraction against linear scaling)
+
+examples:
+  python -m bench run method=act task=parity act.tau=0.001
+  python -m bench run -m method=act task=parity act.tau=1e-4,1e-3,1e-2,1e-1
+  python -m bench report
+"""
+
+HYDRA_FLAGS = {"-m", "--multirun", "--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p",
+               "--help", "-h", "--hydra-help", "--shell-completion", "-sc", "--config-dir", "-cd",
+               "--config-name", "-cn", "--config-path", "-cp", "--experimental-rerun"}
+HYDRA_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-dir", "-cd", "--config-name",
+                          "-cn", "--config-path", "-cp", "--info", "-i"}
+
+
+def fail(message: str) -> int:
+    print(f"bench: error: {message}", file=sys.stderr)
+    return 2
+
+
+def split_overrides(args: list[str]) -> tuple[list[str], list[str]]:
+    """Separate Hydra's own flags from key=value overrides."""
+    flags, overrides, i = [], [], 0
+    while i < len(args):
+        arg = args[i]
+        if arg in HYDRA_FLAGS:
+            flags.append(arg)
+            if arg in HYDRA_FLAGS_WITH_VALUE and i + 1 < len(args) and "=" not in args[i + 1]:
+                flags.append(args[i + 1])
+                i += 1
+        elif arg.startswith("-"):
+            raise ConfigError(f"unknown option '{arg}'; options are -m/--multirun, --cfg job, --help")
+        else:
+            overrides.append(arg)
+        i += 1
+    return flags, overrides
+
+
+def _hydra_task(cfg) -> None:
+    import logging
+
+    from hydra.core.hydra_config import HydraConfig
+
+    from bench import runner
+
+    logging.basicConfig(level=logging.INFO, format="[bench] %(message)s", force=True)
+    hydra_cfg = HydraConfig.get()
+    method, task = hydra_cfg.runtime.choices["method"], hydra_cfg.runtime.choices["task"]
+    command = " ".join(["python -m bench run", f"method={method}", f"task={task}",
+                        *[o for o in hydra_cfg.overrides.task
+                          if not o.startswith(("method=", "task="))]])
+    try:
+        runner.run(cfg, method, task, command)
+    except (UserError, ConfigError) as err:
+        sys.exit(fail(str(err)))
+
+
+def cmd_run(args: list[str]) -> int:
+    from bench import config
+
+    if any(a in ("--help", "-h") for a in args):
+        print(USAGE)
+        return 0
+    try:
+        flags, overrides = split_overrides(args)
+        config.load_plugins_from(overrides)
+        config.validate(overrides)
+    except (ConfigError, registry.RegistryError) as err:
+        return fail(str(err))
+    import hydra
+
+    main = hydra.main(config_path="conf", config_name="config", version_base="1.3")(_hydra_task)
+    sys.argv = ["bench"] + flags + overrides
+    main()
+    return 0
+
+
+def cmd_ls(args: list[str]) -> int:
+    from bench.params import field_help
+
+    methods, tasks = registry.methods(), registry.tasks()
+    print("tasks:")
+    for spec in tasks.values():
+        print(f"  {spec.name:14s} {spec.description}")
+        for name, default, help_text in field_help(spec.config):
+            print(f"      {spec.name}.{name}={default!r}  {help_text}")
+    print("methods:")
+    for spec in methods.values():
+        print(f"  {spec.name:14s} [{spec.knob_kind} knob: {spec.knob}] {spec.description}")
+        for name, default, help_text in field_help(spec.config):
+            print(f"      {spec.name}.{name}={default!r}  {help_text}")
+    print("\nmethod x task (default task settings; ✓ = supported):")
+    width = max(len(t) for t in tasks) + 2
+    print(" " * 14 + "".join(f"{t:{width}s}" for t in tasks))
+    notes = []
+    for m in methods.values():
+        cells = []
+        for t in tasks.values():
+            reason = registry.support_reason(m, t)
+            if reason:
+                notes.append(f"  {m.name} x {t.name}: {reason}")
+                cells.append(f"{'✗ [' + str(len(notes)) + ']':{width}s}")
+            else:
+                cells.append(f"{'✓':{width}s}")
+        print(f"  {m.name:12s}" + "".join(cells))
+    for i, note in enumerate(notes, 1):
+        print(f"  [{i}]{note}")
+    return 0
+
+
+def cmd_report(args: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench report")
+    parser.add_argument("--results-dir", default="results")
+    parser.add_argument("--reports-dir", default="reports")
+    opts = parser.parse_args(args)
+    from bench import report
+
+    try:
+        written = report.main(opts.results_dir, opts.reports_dir)
+    except (ValueError, UserError) as err:
+        return fail(str(err))
+    for path in written:
+        print(path)
+    return 0
+
+
+def cmd_kernels(args: list[str]) -> int:
+    from bench.kernels import bench as kernel_bench
+
+    return kernel_bench.main(args)
+
+
+VERBS = {"run": cmd_run, "report": cmd_report, "ls": cmd_ls, "kernels": cmd_kernels}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if argv else 2
+    verb, rest = argv[0], argv[1:]
+    if verb not in VERBS:
+        import difflib
+
+        near = difflib.get_close_matches(verb, list(VERBS), n=1)
+        hint = f"; did you mean '{near[0]}'?" if near else ""
+        return fail(f"unknown verb '{verb}'{hint} valid: {', '.join(VERBS)}")
+    try:
+        return VERBS[verb](rest)
+    except registry.RegistryError as err:
+        return fail(str(err))

@@ -1,0 +1,206 @@
+"""Hydra configuration: the config tree, strict validation, and one-line errors (no torch here).
+
+Composed config layout (``python -m bench run --cfg job`` prints it)::
+
+    seed, device, results_dir, ...     run-level keys (RunConfig)
+    <method name>: {...}               the selected method's dataclass, e.g. ``act.tau``
+    <task name>: {...}                 the selected task's dataclass, e.g. ``parity.n``
+
+The selected names come from the config groups ``method=`` and ``task=``.  Methods and tasks register
+their dataclasses in Hydra's ConfigStore (group ``method``/``task``, package ``_global_``), so plugins
+get config groups exactly like built-ins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import itertools
+import re
+from typing import Any, Sequence
+
+from bench import registry
+from bench.params import check_ranges, param
+
+CONFIG_MODULE = "bench.conf"
+MAX_VALIDATED_COMBINATIONS = 64
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """Run-level keys shared by every method and task."""
+
+    seed: int = param(0, min=0, help="random seed (data order, init, knob sampling)")
+    device: str = param("cpu", choices=["cpu", "cuda"], help="where to train, evaluate and time")
+    threads: int = param(2, min=1, help="torch CPU threads for training, evaluation and timing")
+    results_dir: str = param("results", help="root of the tidy result rows")
+    cache_dir: str = param(".cache/bench", help="trained models and stage checkpoints")
+    plugins: list = param([], help="modules that register extra methods/tasks")
+    eval_limit: int = param(0, min=0, help="evaluate on the first N test samples (0 = all)")
+    count_batches: int = param(2, min=1, help="batches run under the dispatch-level MAC counter")
+    timing: bool = param(True, help="measure batch-1 latency and large-batch throughput")
+    timing_batch: int = param(128, min=1, help="batch size of the throughput measurement")
+    timing_min_run_s: float = param(0.5, min=0.01, help="seconds per timing measurement")
+    force: bool = param(False, help="re-run knob values that already have result rows")
+
+
+RUN_KEYS = {f.name for f in dataclasses.fields(RunConfig)}
+
+
+class ConfigError(ValueError):
+    """A bad command line or config; the message is one line for the user."""
+
+
+def register_config_store() -> None:
+    """Put RunConfig and every registered method/task dataclass in Hydra's ConfigStore."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    # Run keys go in as plain values (a structured root would refuse the method/task sections);
+    # check_config type-checks them against RunConfig.
+    from omegaconf import OmegaConf
+
+    store.store(name="run_schema", node=OmegaConf.to_container(OmegaConf.structured(RunConfig)))
+    for spec in registry.methods().values():
+        store.store(group="method", name=spec.name, node={spec.name: spec.config}, package="_global_")
+    for spec in registry.tasks().values():
+        store.store(group="task", name=spec.name, node={spec.name: spec.config}, package="_global_")
+
+
+def _parse(overrides: Sequence[str]):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    try:
+        return OverridesParser.create().parse_overrides(list(overrides))
+    except OverrideParseException as err:
+        first = str(err).strip().splitlines()[0]
+        raise ConfigError(f"cannot parse override: {first}; write key=value, e.g. seed=1") from None
+
+
+def load_plugins_from(overrides: Sequence[str]) -> None:
+    """Import the plugin modules named by a ``plugins=`` override before composing."""
+    for ov in _parse(overrides):
+        if ov.key_or_group in ("plugins", "+plugins"):
+            value = ov.value()
+            for name in value if isinstance(value, list) else [value]:
+                registry.load_plugin(str(name))
+
+
+def _group_choice(parsed, group: str, default: str) -> list[str]:
+    for ov in parsed:
+        if ov.key_or_group == group:
+            if ov.is_sweep_override():
+                return [str(v) for v in ov.sweep_string_iterator()]
+            return [str(ov.value())]
+    return [default]
+
+
+def _flat_keys(node: Any, prefix: str = "") -> list[str]:
+    from omegaconf import DictConfig
+
+    keys = []
+    for key in node.keys():
+        full = f"{prefix}{key}"
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            keys.extend(_flat_keys(child, f"{full}."))
+        else:
+            keys.append(full)
+    return keys
+
+
+def _explain(err: BaseException, known_keys: list[str]) -> str:
+    """Turn a Hydra/OmegaConf exception into one line naming the key and the choices."""
+    text = " ".join(str(err).split())
+    if err.__cause__ is not None:
+        text += " " + " ".join(str(err.__cause__).split())
+    m = re.search(r"Could not override '([^']+)'", text)
+    if m:
+        key = m.group(1).lstrip("+~")
+        near = difflib.get_close_matches(key, known_keys, n=3, cutoff=0.5)
+        section = key.rsplit(".", 1)[0] + "." if "." in key else ""
+        siblings = [k for k in known_keys if k.startswith(section) and k.count(".") == key.count(".")]
+        hint = f"; did you mean {', '.join(near)}?" if near else ""
+        return f"unknown config key '{key}'{hint} valid keys here: {', '.join(siblings[:24])}"
+    m = re.search(r"Value '([^']*)' (?:of type '[^']+' )?could not be converted to (\w+)", text)
+    if m:
+        key = re.search(r"full_key: ([\w.]+)", text)
+        where = key.group(1) if key else "a key"
+        return f"{where}: expected {m.group(2).lower()}, got '{m.group(1)}'"
+    return text.split(" full_key:")[0]
+
+
+def compose(overrides: Sequence[str]):
+    """Compose one config (no sweeps) from the command-line overrides; ConfigError on any problem."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_config_store()
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        try:
+            cfg = hydra_compose(config_name="config", overrides=list(overrides))
+        except Exception as err:  # Hydra raises several types; all become one line
+            base = hydra_compose(config_name="config", overrides=[
+                o for o in overrides if re.match(r"^(method|task)=", o)])
+            raise ConfigError(_explain(err, _flat_keys(base))) from None
+    return cfg
+
+
+def selected(cfg: Any, overrides: Sequence[str]) -> tuple[str, str]:
+    """(method name, task name) of a composed config."""
+    method = [k for k in cfg.keys() if k in registry.methods()]
+    task = [k for k in cfg.keys() if k in registry.tasks()]
+    return method[0], task[0]
+
+
+def check_config(cfg: Any, method: str, task: str) -> None:
+    """Type-check run keys and range-check every section; ConfigError with one line."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    run_values = {k: cfg[k] for k in RUN_KEYS if k in cfg}
+    try:
+        OmegaConf.merge(OmegaConf.structured(RunConfig), run_values)
+    except OmegaConfBaseException as err:
+        raise ConfigError(_explain(err, sorted(RUN_KEYS))) from None
+    sections = [("", RunConfig, run_values),
+                (method, registry.method_spec(method).config, OmegaConf.to_container(cfg[method])),
+                (task, registry.task_spec(task).config, OmegaConf.to_container(cfg[task]))]
+    for prefix, schema, values in sections:
+        problem = check_ranges(prefix, schema, values)
+        if problem:
+            raise ConfigError(problem)
+    method_spec, task_spec = registry.method_spec(method), registry.task_spec(task)
+    reason = registry.support_reason(method_spec, task_spec, cfg[task])
+    if reason:
+        raise ConfigError(f"method '{method}' does not apply to task '{task}': {reason}")
+
+
+def validate(overrides: Sequence[str]) -> int:
+    """Validate a (multi)run command line: every sweep combination composes and passes the checks.
+
+    Returns the number of jobs.  Sweeps with many combinations validate each swept value once.
+    """
+    parsed = _parse(overrides)
+    methods = _group_choice(parsed, "method", "dense")
+    tasks = _group_choice(parsed, "task", "parity")
+    for name in methods:
+        registry.method_spec(name)
+    for name in tasks:
+        registry.task_spec(name)
+    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+    sweeps = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()]
+              for o in parsed if o.is_sweep_override()]
+    combos = list(itertools.islice(itertools.product(*sweeps), MAX_VALIDATED_COMBINATIONS + 1))
+    if len(combos) > MAX_VALIDATED_COMBINATIONS:
+        combos = [tuple(s[min(i, len(s) - 1)] for s in sweeps) for i in range(max(map(len, sweeps)))]
+    for combo in combos:
+        cfg = compose(fixed + list(combo))
+        check_config(cfg, *selected(cfg, overrides))
+    total = 1
+    for s in sweeps:
+        total *= len(s)
+    return total

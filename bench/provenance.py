@@ -1,0 +1,59 @@
+"""Provenance of a result row: git state, package versions, device, time (no torch at import)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+PACKAGES = ["torch", "numpy", "pandas", "hydra-core", "omegaconf", "datasets", "triton", "scikit-learn"]
+
+
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
+                             cwd=Path(__file__).resolve().parent.parent)
+        return out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def git_sha() -> str:
+    return _git("rev-parse", "HEAD") or "unknown"
+
+
+def git_dirty() -> bool:
+    """True when tracked code differs from HEAD (result and report files do not count)."""
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!results", ":!reports")
+    return bool(status)
+
+
+def versions() -> str:
+    found = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return json.dumps(found, sort_keys=True)
+
+
+def device_name(device: str) -> str:
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(0)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return "cpu: " + line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu: " + (platform.processor() or platform.machine())
+
+
+def timestamp() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,154 @@
+"""Registry of methods and tasks, and plugin discovery.
+
+This module must stay light: it is imported by ``--help``, ``ls`` and config validation, which must not
+wait for torch.  A method or task is registered by a *spec*: its name, its config dataclass, and the
+dotted path of its (heavy) implementation, which is imported only when a run needs it.
+
+Built-in methods and tasks are the packages under ``methods/`` and ``tasks/``: each package's
+``__init__`` holds the light registration (config + spec); the implementation lives beside it.
+Plugins outside this repository register the same way, from a module named on the command line
+(``plugins=[pkg.module]``), in the ``BENCH_PLUGINS`` environment variable, or through the
+``bench.plugins`` package entry-point group.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import pkgutil
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Callable, Literal
+
+KnobKind = Literal["eval", "train", "static"]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task: data, backbone, metric.  ``backbones(cfg)`` lists the backbone families it builds."""
+
+    name: str
+    config: type
+    impl: str  # "package.module:Class"
+    description: str
+    metric: str
+    higher_is_better: bool
+    backbones: Callable[[Any], tuple[str, ...]] = lambda cfg: ("encoder",)
+    # Overrides that make the task tiny for the registry-parametrized tests (seconds, not minutes),
+    # and the task variants those tests cover (each a tuple of extra overrides).
+    test_overrides: tuple[str, ...] = ()
+    test_variants: tuple[tuple[str, ...], ...] = ((),)
+    # Extra figures drawn by `bench report`: "module:function" taking (rows, results_dir, reports_dir)
+    # (the task's latest rows as a DataFrame, two Paths) and returning the paths it wrote.
+    figures: str = ""
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A method.  ``knob`` names the config field that moves it along its trade-off curve."""
+
+    name: str
+    config: type
+    impl: str
+    description: str
+    knob: str
+    knob_kind: KnobKind
+    # support(task_spec, task_cfg) -> None when the method applies, else the reason it does not.
+    support: Callable[[TaskSpec, Any], str | None] = field(default=lambda task, cfg: None)
+    # Overrides that make the method's training tiny for the registry-parametrized tests.
+    test_overrides: tuple[str, ...] = ()
+
+
+_METHODS: dict[str, MethodSpec] = {}
+_TASKS: dict[str, TaskSpec] = {}
+_loaded_builtin = False
+_loaded_plugins: set[str] = set()
+
+
+class RegistryError(ValueError):
+    """An unknown name or a bad plugin; its message is one line for the user."""
+
+
+def register_method(spec: MethodSpec) -> MethodSpec:
+    _METHODS[spec.name] = spec
+    return spec
+
+
+def register_task(spec: TaskSpec) -> TaskSpec:
+    _TASKS[spec.name] = spec
+    return spec
+
+
+def _import_packages(package_name: str) -> None:
+    package = importlib.import_module(package_name)
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.ispkg:
+            importlib.import_module(f"{package_name}.{info.name}")
+
+
+def load_builtin() -> None:
+    global _loaded_builtin
+    if _loaded_builtin:
+        return
+    _loaded_builtin = True
+    _import_packages("tasks")
+    _import_packages("methods")
+    for entry in metadata.entry_points(group="bench.plugins"):
+        load_plugin(entry.value)
+    for name in filter(None, os.environ.get("BENCH_PLUGINS", "").split(",")):
+        load_plugin(name.strip())
+
+
+def load_plugin(module_name: str) -> None:
+    """Import a module that registers methods/tasks (``pkg.module`` or ``pkg.module:attr``)."""
+    module_name = module_name.split(":")[0]
+    if module_name in _loaded_plugins:
+        return
+    try:
+        importlib.import_module(module_name)
+    except ImportError as err:
+        raise RegistryError(
+            f"plugins: cannot import '{module_name}' ({err}); put its directory on PYTHONPATH "
+            "or install its package"
+        ) from err
+    _loaded_plugins.add(module_name)
+
+
+def _lookup(kind: str, name: str, table: dict) -> Any:
+    load_builtin()
+    if name in table:
+        return table[name]
+    near = difflib.get_close_matches(name, list(table), n=3)
+    hint = f"; did you mean {', '.join(near)}?" if near else ""
+    raise RegistryError(f"unknown {kind} '{name}'{hint} valid: {', '.join(sorted(table))}")
+
+
+def method_spec(name: str) -> MethodSpec:
+    return _lookup("method", name, _METHODS)
+
+
+def task_spec(name: str) -> TaskSpec:
+    return _lookup("task", name, _TASKS)
+
+
+def methods() -> dict[str, MethodSpec]:
+    load_builtin()
+    return dict(sorted(_METHODS.items()))
+
+
+def tasks() -> dict[str, TaskSpec]:
+    load_builtin()
+    return dict(sorted(_TASKS.items()))
+
+
+def load_impl(path: str) -> Any:
+    """Import the heavy implementation named by a spec (``package.module:attr``)."""
+    module_name, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def support_reason(method: MethodSpec, task: TaskSpec, task_cfg: Any = None) -> str | None:
+    if task_cfg is None:
+        task_cfg = task.config()
+    return method.support(task, task_cfg)

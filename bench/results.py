@@ -1,0 +1,158 @@
+"""The results schema, atomic row files, and loading them as one pandas DataFrame.
+
+Layout::
+
+    results/<task>/<method>/<row_id>.csv            one row (one run × one knob value)
+    results/<task>/<method>/<row_id>.samples.csv.gz per-sample predictions, correctness and MACs
+    results/kernels/<row_id>.csv                    kernel benchmark rows (their own schema)
+
+Each file is written to a temporary name in the same directory and renamed into place (``os.replace``
+is atomic on POSIX), so two concurrent runs never clobber each other and an interrupted run leaves no
+half-written row.  Row ids are unique per (config hash, knob value, seed).  Reports read only these files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class ResultRow:
+    """One evaluation point.  Costs are MACs per sample (GFLOPs in the vision sense = GMACs)."""
+
+    # identity
+    method: str
+    task: str
+    dataset: str  # the dataset actually used, e.g. "fashion-mnist (debian dataset-fashion-mnist)"
+    knob_name: str
+    knob_value: str
+    knob_kind: str  # "eval" | "train" | "static"
+    seed: int
+    variant: str  # method variant notes that change results (e.g. gate gradient path)
+    # quality
+    metric: str
+    quality: float
+    higher_is_better: bool
+    metric_signature: str
+    n_eval: int
+    # cost (per sample)
+    macs_mean: float
+    macs_p10: float
+    macs_p50: float
+    macs_p90: float
+    macs_dense: float  # the task's dense base model, same data
+    cost_pct_dense: float
+    macs_counted_mean: float  # dispatch-level counter on the real path (must agree with macs_mean)
+    uncounted_ops: str
+    # timing
+    latency_b1_ms: float
+    latency_b1_iqr_ms: float
+    throughput_per_s: float
+    throughput_batch: int
+    timing_threads: int
+    # size and training
+    params: int
+    train_budget: str
+    train_time_s: float
+    # provenance
+    run_id: str
+    config_hash: str
+    command: str
+    git_sha: str
+    git_dirty: bool
+    versions: str
+    device: str
+    timestamp: str
+    schema_version: int = SCHEMA_VERSION
+
+
+COLUMNS = [f.name for f in dataclasses.fields(ResultRow)]
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_frame(path: Path, frame) -> None:
+    """Write a DataFrame as CSV (gzip if the name ends in .gz) atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        compression = "gzip" if path.name.endswith(".gz") else None
+        frame.to_csv(tmp, index=False, compression=compression)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def row_dir(results_dir: Path | str, task: str, method: str) -> Path:
+    return Path(results_dir) / task / method
+
+
+def row_path(results_dir: Path | str, row: ResultRow, row_id: str) -> Path:
+    return row_dir(results_dir, row.task, row.method) / f"{row_id}.csv"
+
+
+def append(results_dir: Path | str, row: ResultRow, row_id: str, samples=None) -> Path:
+    """Write one row (and its per-sample table) atomically; samples first, so a row never lacks them."""
+    import pandas as pd
+
+    path = row_path(results_dir, row, row_id)
+    if samples is not None:
+        atomic_write_frame(path.with_name(f"{row_id}.samples.csv.gz"), samples)
+    atomic_write_frame(path, pd.DataFrame([dataclasses.asdict(row)], columns=COLUMNS))
+    return path
+
+
+def exists(results_dir: Path | str, task: str, method: str, row_id: str) -> bool:
+    return (row_dir(results_dir, task, method) / f"{row_id}.csv").exists()
+
+
+def _row_files(results_dir: Path) -> Iterable[Path]:
+    for path in sorted(results_dir.glob("*/*/*.csv")):
+        if path.parent.parent.name != "kernels" and not path.name.startswith("."):
+            yield path
+
+
+def load(results_dir: Path | str = "results"):
+    """All result rows as one DataFrame (empty with the schema's columns if there are none)."""
+    import pandas as pd
+
+    frames = [pd.read_csv(p, keep_default_na=False, na_values=[""]) for p in _row_files(Path(results_dir))]
+    if not frames:
+        return pd.DataFrame(columns=COLUMNS)
+    frame = pd.concat(frames, ignore_index=True)
+    frame["knob_value"] = frame["knob_value"].astype(str)
+    frame["uncounted_ops"] = frame["uncounted_ops"].map(lambda v: "" if pd.isna(v) else str(v))
+    return frame
+
+
+def load_samples(results_dir: Path | str, task: str, method: str, row_id: str):
+    import pandas as pd
+
+    return pd.read_csv(row_dir(results_dir, task, method) / f"{row_id}.samples.csv.gz")
+
+
+def to_row(values: dict[str, Any]) -> ResultRow:
+    return ResultRow(**{k: values[k] for k in COLUMNS if k in values})

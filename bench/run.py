@@ -1,0 +1,82 @@
+"""RunContext: what a task or method needs from the harness during one run (cache, seeds, training).
+
+Cached artefacts live under ``<cache_dir>/<task>/<owner>/<name>-<key>.pt`` where the key hashes the
+configuration that determines them and the source code that produced them (a code change retrains).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from omegaconf import OmegaConf
+from torch import nn
+
+from bench import train
+from bench.api import Batch, Task
+
+
+def stable_hash(obj: Any, length: int = 12) -> str:
+    text = json.dumps(obj, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def code_version(*objects: Any) -> str:
+    """Hash of the source files defining ``objects`` (modules, classes or functions)."""
+    digest = hashlib.sha256()
+    for path in sorted({inspect.getsourcefile(o) for o in objects}):
+        digest.update(Path(path).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def plain(cfg: Any) -> Any:
+    return OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
+
+
+class RunContext:
+    def __init__(self, cfg: Any, method: str, task: str, command: str = ""):
+        self.cfg = cfg
+        self.method = method
+        self.task_name = task
+        self.command = command
+        self.seed = int(cfg.seed)
+        self.device = str(cfg.device)
+        self.cache_dir = Path(cfg.cache_dir)
+        self.train_time_s = 0.0  # training time spent by this run's stages (cached stages count theirs)
+
+    def stage_path(self, owner: str, name: str, key: Any) -> Path:
+        return self.cache_dir / self.task_name / owner / f"{name}-{stable_hash(key)}.pt"
+
+    def fit(self, model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn, *, owner: str, name: str,
+            key: Any, **kwargs) -> train.FitResult:
+        """Train one stage (cached by ``key``; resumes after an interruption)."""
+        ckpt = self.stage_path(owner, name, key)
+        torch.manual_seed(self.seed)
+        model.to(self.device)
+        result = train.fit(model, batch_fn, loss_fn, ckpt=ckpt, desc=f"{owner}:{name}", device=self.device,
+                           **kwargs)
+        self.train_time_s += result.time_s
+        model.eval()
+        return result
+
+    def base_model(self, task: Task, width: float = 1.0, depth: float = 1.0) -> nn.Module:
+        """The task's dense model at a given size, trained once with the task's budget and cached."""
+        import bench.models.transformer as skeleton
+
+        torch.manual_seed(self.seed)
+        model = task.build_backbone(width=width, depth=depth)
+        budget = task.base_budget()
+        key = {"task": self.task_name, "cfg": plain(task.cfg), "width": width, "depth": depth,
+               "seed": self.seed, "code": code_version(type(task), skeleton, train)}
+        self.fit(model, lambda step: task.train_batch(step, budget["batch_size"]), task_loss(task),
+                 owner="dense", name=f"w{width}-d{depth}", key=key, steps=budget["steps"], lr=budget["lr"],
+                 **budget.get("fit", {}))
+        return model
+
+
+def task_loss(task: Task) -> Callable[[nn.Module, Batch], torch.Tensor]:
+    return lambda model, batch: task.loss(model(batch.x), batch)

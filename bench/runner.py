@@ -1,0 +1,165 @@
+"""The flow of one run, the same for every method:
+
+config → task → method.build() (dense base model and method stages, cached and resumable) → for each
+knob value: evaluate quality on the real path with per-sample MACs from the logged decisions; count
+MACs with the dispatch-level counter on a few batches (a separate pass); time batch-1 latency and
+large-batch throughput (another pass, no counters attached) → one row per knob value in ``results/``.
+Knob values that already have a row are skipped (an interrupted sweep resumes), unless ``force=true``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from bench import cost, provenance, registry, results
+from bench.api import Batch, Method, Task
+from bench.run import RunContext, plain, stable_hash
+from bench.timing import measure
+
+log = logging.getLogger("bench")
+
+# Keys that do not change what a run computes (excluded from the config hash).
+NON_RESULT_KEYS = {"results_dir", "cache_dir", "force", "plugins", "timing_min_run_s"}
+
+
+def config_hash(cfg: Any, method: str, task: str) -> str:
+    values = {k: v for k, v in plain(cfg).items() if k not in NON_RESULT_KEYS}
+    return stable_hash({"method": method, "task": task, **values})
+
+
+def build(cfg: Any, method_name: str, task_name: str, command: str = "") -> tuple[RunContext, Task, Method]:
+    run = RunContext(cfg, method_name, task_name, command)
+    task_cls = registry.load_impl(registry.task_spec(task_name).impl)
+    method_cls = registry.load_impl(registry.method_spec(method_name).impl)
+    task = task_cls(cfg[task_name], run)
+    return run, task, method_cls(cfg[method_name], task, run)
+
+
+def _batches(task: Task, limit: int):
+    seen = 0
+    for batch in task.eval_batches():
+        if limit and seen >= limit:
+            return
+        if limit and seen + len(batch) > limit:
+            keep = limit - seen
+            batch = Batch(batch.x[:keep], batch.y[:keep], {k: v[:keep] for k, v in batch.meta.items()})
+        seen += len(batch)
+        yield batch
+
+
+@torch.inference_mode()
+def evaluate(method: Method, model: torch.nn.Module, task: Task, *, limit: int, device: str):
+    """Quality on the real path and per-sample MACs from the method's decision log."""
+    import pandas as pd
+
+    columns: dict[str, list[torch.Tensor]] = {}
+    preds, targets = [], []
+    for batch in tqdm(list(_batches(task, limit)), desc="evaluate", leave=False,
+                      disable=os.environ.get("BENCH_QUIET") == "1"):
+        batch = batch.to(device)
+        outputs = model(batch.x)
+        preds.append(task.predict(outputs).cpu())
+        targets.append(batch.y.cpu())
+        extra = {"macs": method.sample_macs(model, batch), **batch.meta,
+                 **method.sample_columns(model, batch)}
+        for key, value in extra.items():
+            columns.setdefault(key, []).append(value.detach().cpu())
+    predictions, target = torch.cat(preds), torch.cat(targets)
+    quality = task.score(predictions, target)
+    table = {"target": target.numpy(), "prediction": predictions.numpy(), "score": quality.per_sample.numpy()}
+    table.update({k: torch.cat(v).numpy() for k, v in columns.items()})
+    return quality, pd.DataFrame(table)
+
+
+@torch.inference_mode()
+def counted_macs(method: Method, model: torch.nn.Module, task: Task, *, batches: int, device: str):
+    """Mean MACs per sample from the counter, and from the decision log on the same batches."""
+    counted, logged, samples, uncounted = 0, 0.0, 0, set()
+    for i, batch in enumerate(task.eval_batches()):
+        if i >= batches:
+            break
+        batch = batch.to(device)
+        report = cost.count(model, batch.x)
+        counted += report.macs
+        uncounted.update(report.uncounted)
+        logged += float(method.sample_macs(model, batch).double().sum())
+        samples += len(batch)
+    return counted / samples, logged / samples, sorted(uncounted)
+
+
+def dense_reference_macs(task: Task, *, batches: int, device: str) -> float:
+    """Mean MACs per sample of the task's dense base architecture, from the counter."""
+    model = task.build_backbone().to(device).eval()
+    total, samples = 0, 0
+    for i, batch in enumerate(task.eval_batches()):
+        if i >= batches:
+            break
+        total += cost.count(model, batch.to(device).x).macs
+        samples += len(batch)
+    return total / samples
+
+
+def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
+    """Run one configuration; returns the paths of the rows written."""
+    torch.set_num_threads(int(cfg.threads))
+    torch.manual_seed(int(cfg.seed))
+    run_ctx, task, method = build(cfg, method_name, task_name, command)
+    spec = registry.method_spec(method_name)
+    chash = config_hash(cfg, method_name, task_name)
+    pending = [v for v in method.knob_values()
+               if cfg.force or not results.exists(cfg.results_dir, task_name, method_name,
+                                                  _row_id(chash, spec.knob, v, cfg.seed))]
+    if not pending:
+        log.warning("every knob value of this run already has a row (config %s); force=true re-runs", chash)
+        return []
+    t0 = time.perf_counter()
+    model = method.build().to(cfg.device).eval()
+    params = sum(p.numel() for p in model.parameters())
+    macs_dense = dense_reference_macs(task, batches=cfg.count_batches, device=cfg.device)
+    written = []
+    for value in pending:
+        method.set_knob(model, value)
+        quality, samples = evaluate(method, model, task, limit=cfg.eval_limit, device=cfg.device)
+        counted, logged_same, uncounted = counted_macs(method, model, task, batches=cfg.count_batches,
+                                                       device=cfg.device)
+        if abs(counted - logged_same) > 0.01 * max(counted, 1.0):
+            log.warning("%s: counter %.4g MACs vs decision log %.4g MACs per sample disagree by >1%%",
+                        method_name, counted, logged_same)
+        timing = None
+        if cfg.timing:
+            timing = measure(model, lambda b: task.example_input(b).to(cfg.device), batch=cfg.timing_batch,
+                             threads=int(cfg.threads), min_run_time=float(cfg.timing_min_run_s))
+        summary = cost.percentile_summary(torch.as_tensor(samples["macs"].to_numpy()))
+        row_id = _row_id(chash, spec.knob, value, cfg.seed)
+        row = results.ResultRow(
+            method=method_name, task=task_name, dataset=task.dataset, knob_name=spec.knob,
+            knob_value=str(value), knob_kind=spec.knob_kind, seed=int(cfg.seed), variant=method.variant(),
+            metric=task.metric, quality=quality.value, higher_is_better=task.higher_is_better,
+            metric_signature=task.metric_signature, n_eval=len(samples), **summary, macs_dense=macs_dense,
+            cost_pct_dense=100.0 * summary["macs_mean"] / macs_dense, macs_counted_mean=counted,
+            uncounted_ops=";".join(uncounted),
+            latency_b1_ms=timing.latency_b1_ms if timing else float("nan"),
+            latency_b1_iqr_ms=timing.latency_b1_iqr_ms if timing else float("nan"),
+            throughput_per_s=timing.throughput_per_s if timing else float("nan"),
+            throughput_batch=timing.throughput_batch if timing else 0, timing_threads=int(cfg.threads),
+            params=params, train_budget=method.train_budget(), train_time_s=run_ctx.train_time_s,
+            run_id=row_id, config_hash=chash, command=command, git_sha=provenance.git_sha(),
+            git_dirty=provenance.git_dirty(), versions=provenance.versions(),
+            device=provenance.device_name(cfg.device), timestamp=provenance.timestamp())
+        written.append(str(results.append(cfg.results_dir, row, row_id, samples)))
+        log.info("%s %s %s=%s: %s=%.4f, %.4g MACs/sample (%.1f%% of dense), %s", task_name, method_name,
+                 spec.knob, value, task.metric, quality.value, summary["macs_mean"], row.cost_pct_dense,
+                 f"{row.latency_b1_ms:.3f} ms batch-1" if timing else "not timed")
+    log.info("done in %.1f s; rows: %s", time.perf_counter() - t0, ", ".join(written))
+    return written
+
+
+def _row_id(chash: str, knob: str, value: Any, seed: int) -> str:
+    slug = "".join(c if c.isalnum() or c in ".-" else "_" for c in str(value))
+    return f"{chash}-{knob}{slug}-s{seed}"

@@ -1,0 +1,32 @@
+"""Method ``act``: Adaptive Computation Time (Graves 2016), on an RNN cell or a shared transformer block."""
+
+from dataclasses import dataclass
+
+from bench.params import param
+from bench.registry import MethodSpec, register_method
+
+
+@dataclass
+class ActConfig:
+    tau: float = param(1e-3, min=0.0, help="ponder-cost weight τ (training-time knob: one run per value)")
+    epsilon: float = param(0.01, min=0.0, max=0.5, help="halt once the halting sum reaches 1 - ε")
+    max_steps: int = param(20, min=1, max=1000, help="cap M on ponder steps")
+    halt_bias_init: float = param(1.0, help="initial bias of the halting unit (Graves: 1)")
+
+
+def _support(task, task_cfg):
+    if set(task.backbones(task_cfg)) & {"rnn", "encoder"}:
+        return None
+    return "ACT needs a recurrent cell or an encoder whose shared block can be pondered"
+
+
+SPEC = register_method(MethodSpec(
+    name="act",
+    config=ActConfig,
+    impl="methods.act.method:ACT",
+    description="Adaptive Computation Time: sigmoid halting, remainder R, ponder cost N+R, mean-field state",
+    knob="tau",
+    knob_kind="train",
+    support=_support,
+    test_overrides=("act.max_steps=6", "act.tau=0.01"),
+))

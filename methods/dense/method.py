@@ -1,0 +1,43 @@
+"""The dense baseline: the task's backbone at one size, every input costs the same.
+
+width = depth = 1 is the task's shared base model (trained once, cached); other sizes are static
+baseline points trained with the same budget.  Per-sample cost is the analytic cost of the backbone
+(``macs_per_sample()`` or the skeleton's ``macs(tokens)``), which the counter test checks.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from bench.api import Batch, Method
+
+
+def analytic_macs(model: nn.Module, batch: Batch) -> Tensor:
+    """Per-sample MACs of a dense backbone on ``batch`` (constant per sample for fixed-size inputs)."""
+    if hasattr(model, "macs_per_sample"):
+        value = model.macs_per_sample()
+    else:
+        tokens, mask = model.embed(batch.x)
+        if mask is not None:
+            lengths = (~mask).sum(dim=1)
+            raise NotImplementedError(f"padded inputs need per-sample lengths ({lengths.shape})")
+        value = model.macs(tokens.shape[1])
+    return torch.full((len(batch),), float(value), dtype=torch.float64)
+
+
+class Dense(Method):
+    name = "dense"
+
+    def build(self) -> nn.Module:
+        return self.run.base_model(self.task, width=float(self.cfg.width), depth=float(self.cfg.depth))
+
+    def knob_values(self) -> list[str]:
+        return [f"w{self.cfg.width:g}-d{self.cfg.depth:g}"]
+
+    def sample_macs(self, model: nn.Module, batch: Batch) -> Tensor:
+        return analytic_macs(model, batch)
+
+    def train_budget(self) -> str:
+        budget = self.task.base_budget()
+        return f"{budget['steps']} steps x batch {budget['batch_size']} (the task's base budget)"

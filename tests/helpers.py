@@ -1,0 +1,40 @@
+"""Shared helpers for tests: compose a tiny config and build a method on a task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench import config, registry, runner
+
+
+def tiny_overrides(method: str, task: str, tmp: Path, *extra: str) -> list[str]:
+    m, t = registry.method_spec(method), registry.task_spec(task)
+    return [f"method={method}", f"task={task}", *t.test_overrides, *m.test_overrides, *extra,
+            f"cache_dir={tmp / 'cache'}", f"results_dir={tmp / 'results'}", "timing_min_run_s=0.01",
+            "timing_batch=8", "count_batches=1"]
+
+
+def compose_tiny(method: str, task: str, tmp: Path, *extra: str):
+    cfg = config.compose(tiny_overrides(method, task, tmp, *extra))
+    config.check_config(cfg, method, task)
+    return cfg
+
+
+def build_tiny(method: str, task: str, tmp: Path, *extra: str):
+    """(task, method, trained adaptive model) for the tiny config."""
+    cfg = compose_tiny(method, task, tmp, *extra)
+    _, task_impl, method_impl = runner.build(cfg, method, task)
+    model = method_impl.build().eval()
+    return task_impl, method_impl, model
+
+
+def matrix_cases() -> list[tuple[str, str, tuple[str, ...]]]:
+    """Every registered (method, task, task variant) the method supports."""
+    cases = []
+    for m in registry.methods().values():
+        for t in registry.tasks().values():
+            for variant in t.test_variants:
+                cfg = config.compose([f"method={m.name}", f"task={t.name}", *t.test_overrides, *variant])
+                if registry.support_reason(m, t, cfg[t.name]) is None:
+                    cases.append((m.name, t.name, tuple(variant)))
+    return cases

@@ -1,0 +1,66 @@
+"""Exact-count tests of the dispatch-level MAC counter."""
+
+import torch
+from torch import nn
+
+from bench.cost import count
+from bench.models.transformer import Block, Encoder, EncoderConfig
+
+
+def test_linear_exact():
+    layer = nn.Linear(12, 7)
+    assert count(layer, torch.randn(5, 12)).macs == 5 * 12 * 7
+    assert count(layer, torch.randn(2, 3, 12)).macs == 2 * 3 * 12 * 7
+
+
+def test_matmul_and_bmm_exact():
+    a, b = torch.randn(4, 6, 9), torch.randn(4, 9, 5)
+    assert count(torch.bmm, a, b).macs == 4 * 6 * 9 * 5
+    assert count(torch.matmul, torch.randn(6, 9), torch.randn(9, 5)).macs == 6 * 9 * 5
+    assert count(torch.matmul, torch.randn(2, 3, 6, 9), torch.randn(2, 3, 9, 5)).macs == 2 * 3 * 6 * 9 * 5
+
+
+def test_conv_exact():
+    conv = nn.Conv2d(3, 8, kernel_size=4, stride=4)
+    # 16x16 input, kernel=stride=4 -> 4x4 outputs; each output: 3*4*4 MACs per output channel
+    assert count(conv, torch.randn(2, 3, 16, 16)).macs == 2 * (4 * 4) * 8 * (3 * 4 * 4)
+
+
+def test_fused_cpu_attention_is_counted():
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 8)
+    report = count(nn.functional.scaled_dot_product_attention, q, k, v)
+    assert report.macs == 2 * 3 * 5 * 7 * 8 * 2
+    assert report.uncounted == []
+
+
+def test_skeleton_block_exact():
+    cfg = EncoderConfig(d_model=32, n_heads=4, d_mlp=80)
+    block = Block(cfg)
+    b, t, d = 3, 11, 32
+    expected_per_sample = 4 * t * d * d + 2 * t * t * d + 2 * t * d * 80
+    assert block.macs(t) == expected_per_sample
+    assert count(block, torch.randn(b, t, d)).macs == b * expected_per_sample
+
+
+def test_encoder_analytic_equals_counter():
+    class Embed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(5, 32)
+
+        def forward(self, x):
+            return self.proj(x), None
+
+    model = Encoder(EncoderConfig(d_model=32, n_layers=3, n_heads=4, d_mlp=64), Embed(), nn.Linear(32, 3))
+    x = torch.randn(4, 9, 5)
+    assert count(model, x).macs == 4 * model.macs(9)
+
+
+def test_uncounted_ops_are_listed():
+    class Opaque(nn.Module):
+        def forward(self, x):
+            # An op with multiply-accumulates but no formula in the counter: must be reported.
+            return torch.linalg.solve(x @ x.transpose(-1, -2) + torch.eye(x.shape[-1]), x)
+
+    report = count(Opaque(), torch.randn(4, 4))
+    assert any("linalg" in op for op in report.uncounted)

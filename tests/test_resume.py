@@ -1,0 +1,53 @@
+"""Training stages resume after an interruption and end exactly where an uninterrupted run ends."""
+
+import pytest
+import torch
+from torch import nn
+
+from bench import train
+from bench.api import Batch
+
+
+def _data(step: int) -> Batch:
+    g = torch.Generator().manual_seed(step)
+    x = torch.randn(16, 4, generator=g)
+    return Batch(x, (x.sum(1) > 0).long())
+
+
+def _loss(model, batch):
+    return nn.functional.cross_entropy(model(batch.x), batch.y)
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+
+
+def test_interrupt_then_resume_matches_uninterrupted(tmp_path):
+    straight = _model()
+    train.fit(straight, _data, _loss, steps=30, lr=1e-2, ckpt=tmp_path / "a.pt", desc="a")
+
+    resumed = _model()
+    with pytest.raises(KeyboardInterrupt):
+        train.fit(resumed, _data, _loss, steps=30, lr=1e-2, ckpt=tmp_path / "b.pt", desc="b", stop_after=12)
+    assert (tmp_path / "b.partial.pt").exists() and not (tmp_path / "b.pt").exists()
+    fresh = _model()  # a new process would start from a fresh model
+    result = train.fit(fresh, _data, _loss, steps=30, lr=1e-2, ckpt=tmp_path / "b.pt", desc="b")
+    assert result.resumed_from == 12
+    assert (tmp_path / "b.pt").exists() and not (tmp_path / "b.partial.pt").exists()
+    for p, q in zip(straight.state_dict().values(), fresh.state_dict().values()):
+        torch.testing.assert_close(p, q)
+
+
+def test_finished_stage_is_loaded_not_retrained(tmp_path):
+    model = _model()
+    train.fit(model, _data, _loss, steps=5, lr=1e-2, ckpt=tmp_path / "c.pt", desc="c")
+    other = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+
+    def no_data(step):
+        raise AssertionError("a cached stage must not train again")
+
+    result = train.fit(other, no_data, _loss, steps=5, lr=1e-2, ckpt=tmp_path / "c.pt", desc="c")
+    assert result.resumed_from == 5
+    for p, q in zip(model.state_dict().values(), other.state_dict().values()):
+        torch.testing.assert_close(p, q)
