@@ -1,0 +1,449 @@
+"""``python -m bench report``: per-task Pareto figures and the leaderboard, from the rows under results/.
+
+Three layers, each usable on its own:
+
+* frontier math on plain arrays of (cost, quality): :func:`pareto_mask`, :func:`upper_hull`,
+  :func:`quality_at_budget`, :func:`cost_to_reach`, :func:`normalized_auc`, :func:`hypervolume`;
+* data preparation: :func:`latest_rows` (drop superseded re-runs) and :func:`task_views` (one
+  :class:`TaskView` per (task, dataset), with seed-averaged points per method and knob value);
+* output: :func:`summarize` (one leaderboard line per method), the Markdown/HTML writers and :func:`main`.
+  Figures live in ``bench/report_plots.py`` (matplotlib is imported only there, lazily).
+
+Quality may be higher- or lower-is-better; the math flips it internally ("goodness" = quality or
+-quality) and always returns quality in the metric's own units.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bench import results
+
+BUDGETS = (0.25, 0.50, 0.75, 1.00)  # fractions of the dense base model's cost
+DELTA = 0.005  # "reaches dense quality" tolerance, metric units (0.5 percentage point for accuracy)
+REFERENCE_COST = 1.5  # hypervolume reference cost, as a fraction of the dense base model's cost
+# Hypervolume reference quality per metric: worse than any real result.  Metrics not listed get
+# 0.0 if higher is better, 1.0 if lower is better (right for rates in [0, 1], such as error or WER).
+REFERENCE_POINTS = {"accuracy": 0.0, "top1": 0.0, "top5": 0.0, "f1": 0.0, "bleu": 0.0,
+                    "wer": 1.0, "cer": 1.0, "error": 1.0}
+NA = "—"
+
+
+# ---------------------------------------------------------------------------------------------
+# Frontier math
+# ---------------------------------------------------------------------------------------------
+def _goodness(quality, higher_is_better: bool) -> np.ndarray:
+    q = np.asarray(quality, dtype=float)
+    return q if higher_is_better else -q
+
+
+def pareto_mask(cost, quality, higher_is_better: bool = True) -> np.ndarray:
+    """Boolean mask of the points no other point dominates.
+
+    ``j`` dominates ``i`` when cost_j <= cost_i and quality_j is at least as good, one of them strictly.
+    Exact duplicates do not dominate each other (both stay); points with NaN cost or quality are never
+    on the front and never dominate.
+    """
+    c = np.asarray(cost, dtype=float)
+    g = _goodness(quality, higher_is_better)
+    valid = np.isfinite(c) & np.isfinite(g)
+    mask = np.zeros(c.shape, dtype=bool)
+    for i in np.flatnonzero(valid):
+        dominators = valid & (c <= c[i]) & (g >= g[i]) & ((c < c[i]) | (g > g[i]))
+        mask[i] = not dominators.any()
+    return mask
+
+
+def upper_hull(cost, quality, higher_is_better: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """The monotone upper frontier of a set of points, as vertices (cost ascending, quality).
+
+    Definition used throughout this module: the Pareto points (duplicates merged) sorted by cost and
+    joined by straight segments -- not the convex hull and not a step function.  A segment is
+    achievable: running the two end configurations on a random mix of samples gives, in expectation,
+    every point of the line between them.  If the costliest measured point is dominated, the hull is
+    continued flat from the last Pareto point to that cost (any budget in between affords the last
+    Pareto point, so nothing is extrapolated).  The hull therefore spans exactly [min cost, max cost]
+    of the finite points, and its quality never gets worse as cost grows.  Empty arrays if no point
+    is finite.
+    """
+    c = np.asarray(cost, dtype=float)
+    q = np.asarray(quality, dtype=float)
+    mask = pareto_mask(c, q, higher_is_better)
+    if not mask.any():
+        return np.empty(0), np.empty(0)
+    hull_c, index = np.unique(c[mask], return_index=True)  # Pareto costs are unique up to duplicates
+    hull_q = q[mask][index]
+    max_cost = float(np.nanmax(np.where(np.isfinite(q), c, np.nan)))
+    if max_cost > hull_c[-1]:
+        hull_c, hull_q = np.append(hull_c, max_cost), np.append(hull_q, hull_q[-1])
+    return hull_c, hull_q
+
+
+def _in_range(x: float, lo: float, hi: float) -> bool:
+    tol = 1e-9 * max(abs(lo), abs(hi), 1e-300)
+    return math.isfinite(x) and lo - tol <= x <= hi + tol
+
+
+def quality_at_budget(cost, quality, budget: float, higher_is_better: bool = True) -> float:
+    """Quality on the upper hull at cost ``budget``; NaN outside the hull's cost range (no extrapolation)."""
+    hull_c, hull_q = upper_hull(cost, quality, higher_is_better)
+    if hull_c.size == 0 or not _in_range(budget, hull_c[0], hull_c[-1]):
+        return math.nan
+    return float(np.interp(np.clip(budget, hull_c[0], hull_c[-1]), hull_c, hull_q))
+
+
+def cost_to_reach(cost, quality, target: float, higher_is_better: bool = True) -> float:
+    """Smallest cost at which the upper hull reaches quality ``target`` (linear between vertices).
+
+    Returns the hull's lowest cost if its cheapest point already reaches the target, NaN if it never does.
+    """
+    hull_c, hull_q = upper_hull(cost, quality, higher_is_better)
+    g, goal = _goodness(hull_q, higher_is_better), float(_goodness(target, higher_is_better))
+    reached = np.flatnonzero(g >= goal)
+    if reached.size == 0 or not math.isfinite(goal):
+        return math.nan
+    i = int(reached[0])
+    if i == 0:
+        return float(hull_c[0])
+    fraction = (goal - g[i - 1]) / (g[i] - g[i - 1])  # g is strictly increasing up to index i
+    return float(hull_c[i - 1] + fraction * (hull_c[i] - hull_c[i - 1]))
+
+
+def normalized_auc(cost, quality, lo: float, hi: float, higher_is_better: bool = True) -> float:
+    """Area under the upper hull over [lo, hi] divided by (hi - lo): the hull's mean quality there.
+
+    NaN if the hull does not cover [lo, hi] or the range is empty (lo > hi); quality at ``lo`` if lo == hi.
+    """
+    hull_c, hull_q = upper_hull(cost, quality, higher_is_better)
+    if hull_c.size == 0 or not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
+        return math.nan
+    if not (_in_range(lo, hull_c[0], hull_c[-1]) and _in_range(hi, hull_c[0], hull_c[-1])):
+        return math.nan
+    if hi == lo:
+        return float(np.interp(lo, hull_c, hull_q))
+    inner = hull_c[(hull_c > lo) & (hull_c < hi)]
+    xs = np.concatenate([[lo], inner, [hi]])
+    ys = np.interp(xs, hull_c, hull_q)
+    return float(np.sum((ys[1:] + ys[:-1]) / 2 * np.diff(xs)) / (hi - lo))
+
+
+def hypervolume(cost, quality, ref_cost: float, ref_quality: float, higher_is_better: bool = True) -> float:
+    """2-D area dominated by the points and bounded by the reference corner (ref_cost, ref_quality).
+
+    The union of the rectangles [cost_i, ref_cost] x [ref_quality, quality_i] (a staircase, no
+    interpolation), in cost units x quality units.  Points costlier than ref_cost or worse than
+    ref_quality add nothing; 0.0 if no point beats the reference.
+    """
+    c = np.asarray(cost, dtype=float)
+    g, ref_g = _goodness(quality, higher_is_better), float(_goodness(ref_quality, higher_is_better))
+    keep = np.isfinite(c) & np.isfinite(g) & (c < ref_cost) & (g > ref_g)
+    c, g = c[keep], g[keep]
+    front = pareto_mask(c, g, True)
+    c, index = np.unique(c[front], return_index=True)
+    g = g[front][index]  # increasing with cost on a front
+    widths = np.diff(np.append(c, ref_cost))
+    return float(np.sum(widths * (g - ref_g)))
+
+
+def common_range(ranges: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """Intersection of cost ranges; None if there are none or they do not overlap."""
+    if not ranges:
+        return None
+    lo, hi = max(r[0] for r in ranges), min(r[1] for r in ranges)
+    return (lo, hi) if lo <= hi else None
+
+
+def reference_quality(metric: str, higher_is_better: bool) -> float:
+    return REFERENCE_POINTS.get(metric.lower(), 0.0 if higher_is_better else 1.0)
+
+
+def macs_unit(macs: float) -> tuple[str, float]:
+    """(unit name, divisor) for a MACs magnitude: GMACs, MMACs, KMACs or MACs."""
+    for name, scale in (("GMACs", 1e9), ("MMACs", 1e6), ("KMACs", 1e3)):
+        if math.isfinite(macs) and abs(macs) >= scale:
+            return name, scale
+    return "MACs", 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Data preparation
+# ---------------------------------------------------------------------------------------------
+ROW_KEY = ["task", "dataset", "method", "variant", "knob_name", "knob_value", "seed"]
+CURVE_KEY = ["method", "variant", "knob_name"]
+
+
+def latest_rows(frame):
+    """One row per (task, dataset, method, variant, knob name, knob value, seed): the latest timestamp."""
+    import pandas as pd
+
+    frame = frame.copy()
+    for column in ("variant", "knob_name", "git_sha", "config_hash", "uncounted_ops"):
+        frame[column] = frame[column].map(lambda v: "" if pd.isna(v) else str(v))
+    frame["knob_value"] = frame["knob_value"].astype(str)
+    frame["_when"] = pd.to_datetime(frame["timestamp"], utc=True, errors="coerce", format="ISO8601")
+    frame = frame.sort_values("_when", kind="stable", na_position="first")
+    frame = frame.drop_duplicates(ROW_KEY, keep="last").drop(columns="_when")
+    return frame.reset_index(drop=True)
+
+
+def knob_label(value: str) -> str:
+    try:
+        return f"{float(value):g}"
+    except ValueError:
+        return str(value)
+
+
+@dataclass
+class TaskView:
+    """Everything the figures and tables need for one (task, dataset)."""
+
+    task: str
+    dataset: str
+    metric: str
+    higher_is_better: bool
+    macs_dense: float
+    rows: object  # deduplicated result rows (DataFrame), with a "curve" label column
+    points: object  # one line per (curve, knob value): seed means, min/max, counts (DataFrame)
+    dense: dict | None  # the dense base point: cost, quality, latency_ms, knob_value
+    common: tuple[float, float] | None  # common cost range of swept curves, fraction of dense cost
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", self.task)
+
+
+def _curve_labels(rows) -> list[str]:
+    """"method", plus " [variant]" if set, plus " (knob)" if the method appears with several knobs."""
+    knobs_per_method = rows.groupby("method")["knob_name"].nunique()
+    labels = []
+    for method, variant, knob in rows[CURVE_KEY].itertuples(index=False):
+        label = method + (f" [{variant}]" if variant else "")
+        labels.append(label + (f" ({knob})" if knobs_per_method[method] > 1 else ""))
+    return labels
+
+
+def _aggregate(rows, macs_dense: float):
+    grouped = rows.groupby(["curve", "method", "knob_value"], sort=False)
+    points = grouped.agg(
+        knob_kind=("knob_kind", "first"), knob_name=("knob_name", "first"),
+        cost=("macs_mean", "mean"), quality=("quality", "mean"),
+        q_min=("quality", "min"), q_max=("quality", "max"), n_seeds=("seed", "nunique"),
+        latency_ms=("latency_b1_ms", "mean"),
+    ).reset_index()
+    points["frac"] = points["cost"] / macs_dense
+    return points.sort_values(["curve", "cost"], kind="stable").reset_index(drop=True)
+
+
+def is_swept(curve_points) -> bool:
+    """A swept curve: an eval- or train-time knob with at least two distinct costs."""
+    kind = str(curve_points["knob_kind"].iloc[0])
+    return kind != "static" and curve_points["cost"].nunique() >= 2
+
+
+def task_views(frame) -> list[TaskView]:
+    views = []
+    for (task, dataset), rows in latest_rows(frame).groupby(["task", "dataset"], sort=True):
+        rows = rows.copy()
+        rows["curve"] = _curve_labels(rows)
+        macs_dense = float(rows["macs_dense"].median())
+        if not math.isfinite(macs_dense) or macs_dense <= 0:
+            macs_dense = float(rows["macs_mean"].max())
+        points = _aggregate(rows, macs_dense)
+        dense_points = points[points["method"] == "dense"]
+        dense = None
+        if len(dense_points):
+            best = dense_points.loc[(dense_points["cost"] - macs_dense).abs().idxmin()]
+            dense = {k: best[k] for k in ("cost", "quality", "latency_ms", "knob_value", "knob_name")}
+        ranges = [(c["frac"].min(), c["frac"].max()) for _, c in points.groupby("curve") if is_swept(c)]
+        views.append(TaskView(task, dataset, str(rows["metric"].iloc[0]), bool(rows["higher_is_better"].iloc[0]),
+                              macs_dense, rows, points, dense, common_range(ranges)))
+    return views
+
+
+# ---------------------------------------------------------------------------------------------
+# Summaries and tables
+# ---------------------------------------------------------------------------------------------
+def summarize(view: TaskView, delta: float = DELTA):
+    """One line per curve: counts, Pareto flag, quality at budgets, cost to reach dense, AUC, hypervolume.
+
+    Costs are fractions of the dense base model's cost; qualities are in the metric's units.
+    """
+    import pandas as pd
+
+    hib, points = view.higher_is_better, view.points
+    on_front = pareto_mask(points["frac"], points["quality"], hib)
+    target = math.nan
+    if view.dense is not None:
+        target = view.dense["quality"] - delta if hib else view.dense["quality"] + delta
+    ref_q = reference_quality(view.metric, hib)
+    lines = []
+    for curve, idx in points.groupby("curve", sort=False).groups.items():
+        pts = points.loc[idx]
+        c, q = pts["frac"].to_numpy(), pts["quality"].to_numpy()
+        line = {
+            "method": curve, "knob": pts["knob_name"].iloc[0], "kind": pts["knob_kind"].iloc[0],
+            "points": len(pts), "seeds": view.rows.loc[view.rows["curve"] == curve, "seed"].nunique(),
+            "pareto": int(on_front[points.index.get_indexer(idx)].sum()),
+        }
+        for budget in BUDGETS:
+            line[f"q@{budget:.0%}"] = quality_at_budget(c, q, budget, hib)
+        line["reach"] = cost_to_reach(c, q, target, hib)
+        line["auc"] = normalized_auc(c, q, *view.common, hib) if view.common else math.nan
+        line["hv"] = hypervolume(c, q, REFERENCE_COST, ref_q, hib)
+        lines.append(line)
+    return pd.DataFrame(lines)
+
+
+def _num(x, spec: str = ".4f", suffix: str = "") -> str:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return NA
+    return format(x, spec) + suffix if math.isfinite(x) else NA
+
+
+def summary_table(view: TaskView, delta: float = DELTA) -> tuple[list[str], list[list[str]]]:
+    summary = summarize(view, delta)
+    header = ["method", "knob", "kind", "#points", "#seeds", "Pareto-optimal"]
+    header += [f"{view.metric} @ {b:.0%} dense" for b in BUDGETS]
+    header += [f"cost to reach dense {'−' if view.higher_is_better else '+'} δ", "normalized AUC", "hypervolume"]
+    table = []
+    for s in summary.to_dict("records"):
+        flag = f"yes ({s['pareto']}/{s['points']})" if s["pareto"] else "no"
+        table.append([s["method"], s["knob"], s["kind"], str(s["points"]), str(s["seeds"]), flag]
+                     + [_num(s[f"q@{b:.0%}"]) for b in BUDGETS]
+                     + [_num(100 * s["reach"], ".1f", "%"), _num(s["auc"]), _num(s["hv"])])
+    return header, table
+
+
+def rows_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
+    unit, scale = macs_unit(view.macs_dense)
+    header = ["method", "knob", view.metric, f"mean {unit}", "% dense", f"p10/p50/p90 {unit}",
+              "latency b1 ms", "throughput/s", "params", "seed", "git sha", "config hash"]
+    table = []
+    rows = view.rows.assign(_cost=view.rows["macs_mean"]).sort_values(["curve", "_cost", "seed"], kind="stable")
+    for r in rows.to_dict("records"):
+        sha = str(r["git_sha"])[:7] + ("*" if str(r["git_dirty"]) == "True" else "")
+        table.append([
+            r["curve"], f"{r['knob_name']}={knob_label(r['knob_value'])}", _num(r["quality"]),
+            _num(r["macs_mean"] / scale, ".4g"), _num(100 * r["macs_mean"] / view.macs_dense, ".1f", "%"),
+            "/".join(_num(r[k] / scale, ".4g") for k in ("macs_p10", "macs_p50", "macs_p90")),
+            _num(r["latency_b1_ms"], ".3g"), _num(r["throughput_per_s"], ".4g"), _num(r["params"], ",.0f"),
+            str(r["seed"]), sha, str(r["config_hash"])[:10],
+        ])
+    return header, table
+
+
+def markdown_table(header: list[str], table: list[list[str]]) -> str:
+    def cells(values):
+        return "| " + " | ".join(str(v).replace("|", "\\|") for v in values) + " |"
+    return "\n".join([cells(header), "|" + "|".join("---" for _ in header) + "|"] + [cells(r) for r in table])
+
+
+def html_table(header: list[str], table: list[list[str]]) -> str:
+    import pandas as pd
+
+    return pd.DataFrame(table, columns=header).to_html(index=False, border=0, classes="board")
+
+
+def _section_notes(view: TaskView, delta: float) -> list[str]:
+    unit, scale = macs_unit(view.macs_dense)
+    arrow = "↑" if view.higher_is_better else "↓"
+    notes = [f"Dataset: **{view.dataset}**. Metric: {view.metric} {arrow}. "
+             f"Dense base cost: {view.macs_dense / scale:.4g} {unit} per sample."]
+    if view.dense is None:
+        notes.append("No dense base row: cost to reach dense quality is not defined.")
+    else:
+        notes.append(f"Dense base ({view.dense['knob_name']}={knob_label(view.dense['knob_value'])}) "
+                     f"{view.metric} = {view.dense['quality']:.4f}; target = dense {'−' if view.higher_is_better else '+'} δ"
+                     f" (δ = {delta:g}).")
+    if view.common is None:
+        notes.append("Common cost range of the swept methods: none (no swept methods, or their ranges "
+                     "do not overlap), so normalized AUC is not reported.")
+    else:
+        notes.append(f"Normalized AUC over the common cost range {view.common[0]:.1%} – {view.common[1]:.1%} of dense cost.")
+    return notes
+
+
+def _header(results_dir: str, n_rows: int, delta: float) -> list[str]:
+    refs = ", ".join(f"{k}: {v:g}" for k, v in REFERENCE_POINTS.items())
+    return [
+        "Generated by `python -m bench report` from the result rows under "
+        f"`{results_dir}/` ({n_rows} rows after keeping the latest re-run of each point).",
+        "Cost = mean MACs per sample (GMACs = the vision papers' \"GFLOPs\"); % = of the task's dense base model.",
+        "Points = seed means per knob value. Quality at 25/50/75/100% of dense cost is interpolated on each "
+        "method's upper hull (Pareto points joined linearly, continued flat to its costliest point), never "
+        f"extrapolated ({NA} = outside the measured range). Cost to reach dense quality uses δ = {delta:g} "
+        "(metric units; 0.5 pp for accuracy).",
+        f"Hypervolume: cost as a fraction of dense cost, reference point = ({REFERENCE_COST:g} × dense cost, "
+        f"reference quality per metric: {refs}; other metrics 0 if ↑, 1 if ↓).",
+        "Pareto-optimal: yes (k/n) = k of the method's n points are on the task's overall front.",
+    ]
+
+
+def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[str, list[str]],
+                      results_dir: str, delta: float = DELTA) -> list[str]:
+    n_rows = sum(len(v.rows) for v in views)
+    md = ["# Leaderboard", ""] + [line + "  " for line in _header(results_dir, n_rows, delta)]
+    body = ["<h1>Leaderboard</h1>"] + [f"<p>{html.escape(line)}</p>" for line in _header(results_dir, n_rows, delta)]
+    for view in views:
+        title = f"{view.task} — {view.dataset}"
+        md += ["", f"## {title}", ""] + [note + "  " for note in _section_notes(view, delta)]
+        body += [f"<h2>{html.escape(title)}</h2>"] + [f"<p>{html.escape(n)}</p>" for n in _section_notes(view, delta)]
+        for name in figures.get(f"{view.task}\0{view.dataset}", []):
+            md += ["", f"![{name}]({name})"]
+            body.append(f'<img src="{html.escape(name)}" alt="{html.escape(name)}">')
+        for caption, (header, table) in (("Summary", summary_table(view, delta)), ("All rows", rows_table(view))):
+            md += ["", f"### {caption}", "", markdown_table(header, table)]
+            body += [f"<h3>{caption}</h3>", html_table(header, table)]
+    style = "body{font-family:sans-serif;margin:2em} table.board{border-collapse:collapse;font-size:90%} " \
+            "table.board td,table.board th{border:1px solid #ccc;padding:2px 6px} img{max-width:100%}"
+    page = (f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>Leaderboard</title>"
+            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+    paths = [reports_dir / "leaderboard.md", reports_dir / "leaderboard.html"]
+    results.atomic_write_text(paths[0], "\n".join(md) + "\n")
+    results.atomic_write_text(paths[1], page)
+    return [str(p) for p in paths]
+
+
+def task_figures(view: TaskView, results_dir: Path, reports_dir: Path) -> list[Path]:
+    """The figures a task registers for the report (e.g. parity: error and ponder time vs difficulty)."""
+    from bench import registry
+
+    try:
+        spec = registry.task_spec(view.task)
+    except registry.RegistryError:
+        return []  # rows of a task whose plugin is not loaded: the generic figures only
+    if not spec.figures:
+        return []
+    return [Path(p) for p in registry.load_impl(spec.figures)(view.rows, results_dir, reports_dir)]
+
+
+def main(results_dir: str = "results", reports_dir: str = "reports") -> list[str]:
+    """Write the per-task figures and reports/leaderboard.{md,html}; return the paths written."""
+    from bench import report_plots
+
+    frame = results.load(results_dir)
+    if frame.empty:
+        raise ValueError(f"no result rows under {results_dir}; run `python -m bench run ...` first")
+    views = task_views(frame)
+    out = Path(reports_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    datasets_per_task = {v.task: sum(w.task == v.task for w in views) for v in views}
+    written, figures = [], {}
+    for view in views:
+        stem = view.slug if datasets_per_task[view.task] == 1 else \
+            f"{view.slug}_{re.sub(r'[^A-Za-z0-9_.-]+', '_', view.dataset)}"
+        paths = [report_plots.plot_task(view, out / f"{stem}_pareto.png", x="cost")]
+        if view.points["latency_ms"].gt(0).any():
+            paths.append(report_plots.plot_task(view, out / f"{stem}_latency.png", x="latency"))
+        paths += task_figures(view, Path(results_dir), out)
+        figures[f"{view.task}\0{view.dataset}"] = [p.name for p in paths]
+        written += [str(p) for p in paths]
+    return written + write_leaderboard(views, out, figures, results_dir)

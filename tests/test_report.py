@@ -1,0 +1,166 @@
+"""Tests of bench.report: frontier math on hand-computed fronts, and one end-to-end report."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench import report, results
+
+# A front with two dominated points: (3, 0.6) and (2.5, 0.7) are dominated by (2, 0.7).
+COST = np.array([1.0, 2.0, 3.0, 4.0, 2.5])
+ACC = np.array([0.5, 0.7, 0.6, 0.9, 0.7])
+
+
+def test_pareto_mask_drops_dominated_points():
+    assert report.pareto_mask(COST, ACC, True).tolist() == [True, True, False, True, False]
+
+
+def test_pareto_mask_keeps_duplicates_and_ignores_nan():
+    mask = report.pareto_mask([1.0, 1.0, 2.0, np.nan], [0.5, 0.5, 0.4, 0.9], True)
+    assert mask.tolist() == [True, True, False, False]
+
+
+def test_upper_hull_is_pareto_points_joined_linearly():
+    hull_c, hull_q = report.upper_hull(COST, ACC, True)
+    assert hull_c.tolist() == [1.0, 2.0, 4.0]
+    assert hull_q.tolist() == [0.5, 0.7, 0.9]
+
+
+def test_upper_hull_continues_flat_to_costliest_dominated_point():
+    hull_c, hull_q = report.upper_hull(np.append(COST, 5.0), np.append(ACC, 0.8), True)
+    assert hull_c.tolist() == [1.0, 2.0, 4.0, 5.0]
+    assert hull_q.tolist() == [0.5, 0.7, 0.9, 0.9]
+
+
+def test_quality_at_budget_interpolates_and_never_extrapolates():
+    q = lambda b: report.quality_at_budget(COST, ACC, b, True)  # noqa: E731
+    assert q(3.0) == pytest.approx(0.8)
+    assert q(1.5) == pytest.approx(0.6)
+    assert q(1.0) == pytest.approx(0.5) and q(4.0) == pytest.approx(0.9)
+    assert math.isnan(q(0.5)) and math.isnan(q(4.5))
+    flat = report.quality_at_budget(np.append(COST, 5.0), np.append(ACC, 0.8), 4.5, True)
+    assert flat == pytest.approx(0.9)
+
+
+def test_cost_to_reach():
+    reach = lambda t: report.cost_to_reach(COST, ACC, t, True)  # noqa: E731
+    assert reach(0.8) == pytest.approx(3.0)
+    assert reach(0.65) == pytest.approx(1.75)
+    assert reach(0.4) == pytest.approx(1.0)  # the cheapest point already reaches it
+    assert math.isnan(reach(0.95))
+
+
+def test_normalized_auc():
+    assert report.normalized_auc([0.0, 1.0], [0.0, 1.0], 0.0, 1.0, True) == pytest.approx(0.5)
+    assert report.normalized_auc([0.0, 1.0], [0.0, 1.0], 0.5, 1.0, True) == pytest.approx(0.75)
+    assert report.normalized_auc(COST, ACC, 1.0, 4.0, True) == pytest.approx(2.2 / 3)
+    assert report.normalized_auc(COST, ACC, 1.5, 3.0, True) == pytest.approx(1.075 / 1.5)
+    assert report.normalized_auc(COST, ACC, 3.0, 3.0, True) == pytest.approx(0.8)
+    assert math.isnan(report.normalized_auc(COST, ACC, 0.5, 3.0, True))  # hull does not cover lo
+    assert math.isnan(report.normalized_auc(COST, ACC, 3.0, 2.0, True))  # empty range
+
+
+def test_hypervolume_of_a_staircase():
+    # widths to the next point / the reference cost: 1, 2, 1 -> 1*0.5 + 2*0.7 + 1*0.9
+    assert report.hypervolume(COST, ACC, 5.0, 0.0, True) == pytest.approx(2.8)
+    assert report.hypervolume(COST, ACC, 3.0, 0.0, True) == pytest.approx(1.2)  # (4, 0.9) is past the ref cost
+    assert report.hypervolume(COST, ACC, 5.0, 0.6, True) == pytest.approx(2 * 0.1 + 1 * 0.3)
+    assert report.hypervolume(COST, ACC, 0.5, 0.0, True) == 0.0
+
+
+def test_lower_is_better_mirrors_higher_is_better():
+    wer = 1.0 - ACC
+    assert report.pareto_mask(COST, wer, False).tolist() == report.pareto_mask(COST, ACC, True).tolist()
+    hull_c, hull_wer = report.upper_hull(COST, wer, False)
+    assert hull_c.tolist() == [1.0, 2.0, 4.0] and hull_wer == pytest.approx([0.5, 0.3, 0.1])
+    assert report.quality_at_budget(COST, wer, 3.0, False) == pytest.approx(0.2)
+    assert report.cost_to_reach(COST, wer, 0.2, False) == pytest.approx(3.0)
+    assert report.normalized_auc(COST, wer, 1.0, 4.0, False) == pytest.approx(1 - 2.2 / 3)
+    assert report.hypervolume(COST, wer, 5.0, 1.0, False) == pytest.approx(2.8)
+
+
+def test_common_range_and_units():
+    assert report.common_range([(0.2, 0.8), (0.3, 0.9)]) == (0.3, 0.8)
+    assert report.common_range([(0.1, 0.2), (0.3, 0.9)]) is None
+    assert report.common_range([]) is None
+    assert report.macs_unit(2.5e9) == ("GMACs", 1e9) and report.macs_unit(3e4) == ("KMACs", 1e3)
+    assert report.reference_quality("wer", False) == 1.0 and report.reference_quality("newmetric", True) == 0.0
+
+
+# --- end to end ------------------------------------------------------------------------------
+DENSE_MACS = 1e6
+DATASET = "toy-digits (synthetic test set)"
+
+
+def _row(method, knob_kind, knob_value, frac, quality, seed=0, timestamp="2024-01-02T00:00:00+00:00"):
+    macs = frac * DENSE_MACS
+    return results.ResultRow(
+        method=method, task="toy", dataset=DATASET, knob_name="width" if method == "dense" else "tau",
+        knob_value=str(knob_value), knob_kind=knob_kind, seed=seed, variant="", metric="accuracy",
+        quality=quality, higher_is_better=True, metric_signature="accuracy", n_eval=1000,
+        macs_mean=macs, macs_p10=0.8 * macs, macs_p50=macs, macs_p90=1.2 * macs, macs_dense=DENSE_MACS,
+        cost_pct_dense=100 * frac, macs_counted_mean=macs, uncounted_ops="", latency_b1_ms=1.0 + frac,
+        latency_b1_iqr_ms=0.01, throughput_per_s=1000.0, throughput_batch=64, timing_threads=1, params=12345,
+        train_budget="steps=10", train_time_s=1.0, run_id="r", config_hash="abcdef0123456789", command="test",
+        git_sha="0123456789abcdef", git_dirty=False, versions="", device="cpu", timestamp=timestamp,
+    )
+
+
+def _write_results(results_dir: Path) -> None:
+    rows = [
+        _row("dense", "static", 0.5, 0.5, 0.80),
+        _row("dense", "static", 1.0, 1.0, 0.90),
+        _row("acm", "train", 0.1, 0.3, 0.60),
+        _row("acm", "train", 0.01, 0.5, 0.86),
+        _row("acm", "train", 0.001, 0.9, 0.91),
+        _row("acm", "train", 0.001, 0.9, 0.20, timestamp="2024-01-01T00:00:00+00:00"),  # superseded re-run
+    ]
+    for frac, quality in [(0.2, 0.70), (0.4, 0.85), (0.6, 0.89), (0.8, 0.88)]:
+        rows += [_row("act", "eval", frac, frac, quality - 0.01, seed=0),
+                 _row("act", "eval", frac, frac, quality + 0.01, seed=1)]
+    for i, row in enumerate(rows):
+        results.append(results_dir, row, f"row{i:02d}")
+
+
+def _section_line(markdown: str, method: str) -> list[str]:
+    line = next(l for l in markdown.splitlines() if l.startswith(f"| {method} | tau") or l.startswith(f"| {method} | width"))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_report_end_to_end(tmp_path):
+    _write_results(tmp_path / "results")
+    written = report.main(str(tmp_path / "results"), str(tmp_path / "reports"))
+    png = tmp_path / "reports" / "toy_pareto.png"
+    board = tmp_path / "reports" / "leaderboard.md"
+    assert str(png) in written and str(board) in written
+    assert (tmp_path / "reports" / "leaderboard.html").exists() and (tmp_path / "reports" / "toy_latency.png").exists()
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    md = board.read_text()
+    assert DATASET in md and "python -m bench report" in md
+    assert "30.0% – 80.0%" in md  # common range of the swept methods act [20%, 80%] and acm [30%, 90%]
+    # method, knob, kind, #points, #seeds, Pareto, q@25, q@50, q@75, q@100, reach, auc, hv
+    act, acm, dense = _section_line(md, "act"), _section_line(md, "acm"), _section_line(md, "dense")
+    assert act[2:10] == ["eval", "4", "2", "yes (3/4)", "0.7375", "0.8700", "0.8900", "—"]
+    assert act[10] == "—"  # never reaches 0.90 - 0.005
+    assert acm[2:6] == ["train", "3", "1", "yes (2/3)"] and acm[10] == "78.0%"
+    assert acm[9] == "—" and float(acm[8]) == pytest.approx(0.86 + 0.25 / 0.4 * 0.05, abs=1e-4)  # at 75%
+    assert dense[5] == "no"
+    # the superseded acm row (quality 0.20) is gone; every remaining row is listed once
+    assert "0.2000" not in md and md.count("| act | tau=") == 8
+
+
+def test_report_without_rows_raises(tmp_path):
+    with pytest.raises(ValueError, match="no result rows"):
+        report.main(str(tmp_path / "results"), str(tmp_path / "reports"))
+
+
+def test_latest_rows_keeps_latest_timestamp():
+    frame = pd.DataFrame([results.dataclasses.asdict(_row("act", "eval", 0.2, 0.2, q, timestamp=t))
+                          for q, t in [(0.1, "2024-03-01T00:00:00+00:00"), (0.2, "2024-01-01T00:00:00+00:00")]])
+    assert report.latest_rows(frame)["quality"].tolist() == [0.1]
