@@ -4,6 +4,7 @@ Layout::
 
     results/<task>/<method>/<row_id>.csv            one row (one run × one knob value)
     results/<task>/<method>/<row_id>.samples.csv.gz per-sample predictions, correctness and MACs
+    results/<task>/<method>/<row_id>.config.yaml    the run's resolved config
     results/kernels/<row_id>.csv                    kernel benchmark rows (their own schema)
 
 Each file is written to a temporary name in the same directory and renamed into place (``os.replace``
@@ -114,11 +115,13 @@ def row_path(results_dir: Path | str, row: ResultRow, row_id: str) -> Path:
     return row_dir(results_dir, row.task, row.method) / f"{row_id}.csv"
 
 
-def append(results_dir: Path | str, row: ResultRow, row_id: str, samples=None) -> Path:
-    """Write one row (and its per-sample table) atomically; samples first, so a row never lacks them."""
+def append(results_dir: Path | str, row: ResultRow, row_id: str, samples=None, config_yaml: str = "") -> Path:
+    """Write one row atomically, after its per-sample table and resolved config (so a row never lacks them)."""
     import pandas as pd
 
     path = row_path(results_dir, row, row_id)
+    if config_yaml:
+        atomic_write_text(path.with_name(f"{row_id}.config.yaml"), config_yaml)
     if samples is not None:
         atomic_write_frame(path.with_name(f"{row_id}.samples.csv.gz"), samples)
     atomic_write_frame(path, pd.DataFrame([dataclasses.asdict(row)], columns=COLUMNS))

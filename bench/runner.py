@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import torch
+from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from bench import cost, provenance, registry, results
@@ -152,7 +153,8 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
             run_id=row_id, config_hash=chash, command=command, git_sha=provenance.git_sha(),
             git_dirty=provenance.git_dirty(), versions=provenance.versions(),
             device=provenance.device_name(cfg.device), timestamp=provenance.timestamp())
-        written.append(str(results.append(cfg.results_dir, row, row_id, samples)))
+        written.append(str(results.append(cfg.results_dir, row, row_id, samples,
+                                          config_yaml=OmegaConf.to_yaml(cfg, resolve=True))))
         log.info("%s %s %s=%s: %s=%.4f, %.4g MACs/sample (%.1f%% of dense), %s", task_name, method_name,
                  spec.knob, value, task.metric, quality.value, summary["macs_mean"], row.cost_pct_dense,
                  f"{row.latency_b1_ms:.3f} ms batch-1" if timing else "not timed")

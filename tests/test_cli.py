@@ -67,6 +67,8 @@ def test_run_writes_rows_and_resolved_config(tmp_path):
     rows = list((tmp_path / "results" / "parity" / "dense").glob("*.csv"))
     assert len(rows) == 1 and rows[0].name.endswith("-s0.csv")
     assert list((tmp_path / "results" / "parity" / "dense").glob("*.samples.csv.gz"))
+    resolved = list((tmp_path / "results" / "parity" / "dense").glob("*.config.yaml"))
+    assert resolved and "train_steps: 5" in resolved[0].read_text()
     configs = list((tmp_path / "runs").rglob(".hydra/config.yaml"))
     assert configs and "train_steps: 5" in configs[0].read_text()
     # the same command again resumes: nothing left to do, no new row
