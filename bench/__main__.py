@@ -1,5 +1,11 @@
+import os
 import sys
 
-from bench.cli import main
+# Machines here are shared: OpenMP threads that spin while waiting slow every process on the machine
+# (a 2-thread training step was 100x slower next to other jobs).  Passive waiting avoids that; a user
+# can still set OMP_WAIT_POLICY explicitly.  Must be set before torch is imported.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from bench.cli import main  # noqa: E402
 
 sys.exit(main())
