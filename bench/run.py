@@ -26,10 +26,21 @@ def stable_hash(obj: Any, length: int = 12) -> str:
 
 
 def code_version(*objects: Any) -> str:
-    """Hash of the source files defining ``objects`` (modules, classes or functions)."""
+    """Hash of the source defining ``objects`` (modules, classes or functions).
+
+    An object defined in a package's ``__init__`` or in a module of a method/task package counts the
+    whole package directory (its model, data and training code), so editing any of it retrains.
+    """
+    files: set[Path] = set()
+    for obj in objects:
+        path = Path(inspect.getsourcefile(obj)).resolve()
+        if path.parent.parent.name in ("methods", "tasks"):
+            files.update(path.parent.glob("*.py"))
+        else:
+            files.add(path)
     digest = hashlib.sha256()
-    for path in sorted({inspect.getsourcefile(o) for o in objects}):
-        digest.update(Path(path).read_bytes())
+    for path in sorted(files):
+        digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()[:12]
 
 

@@ -119,6 +119,8 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     if not pending:
         log.warning("every knob value of this run already has a row (config %s); force=true re-runs", chash)
         return []
+    # Provenance is taken before any work: the code that runs is the code checked out now.
+    sha, dirty = provenance.git_sha(), provenance.git_dirty()
     t0 = time.perf_counter()
     model = method.build().to(cfg.device).eval()
     params = sum(p.numel() for p in model.parameters())
@@ -136,7 +138,7 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
         if cfg.timing:
             timing = measure(model, lambda b: task.example_input(b).to(cfg.device), batch=cfg.timing_batch,
                              threads=int(cfg.threads), min_run_time=float(cfg.timing_min_run_s))
-        summary = cost.percentile_summary(torch.as_tensor(samples["macs"].to_numpy()))
+        summary = cost.percentile_summary(torch.tensor(samples["macs"].to_numpy(copy=True)))
         row_id = _row_id(chash, spec.knob, value, cfg.seed)
         row = results.ResultRow(
             method=method_name, task=task_name, dataset=task.dataset, knob_name=spec.knob,
@@ -150,8 +152,8 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
             throughput_per_s=timing.throughput_per_s if timing else float("nan"),
             throughput_batch=timing.throughput_batch if timing else 0, timing_threads=int(cfg.threads),
             params=params, train_budget=method.train_budget(), train_time_s=run_ctx.train_time_s,
-            run_id=row_id, config_hash=chash, command=command, git_sha=provenance.git_sha(),
-            git_dirty=provenance.git_dirty(), versions=provenance.versions(),
+            run_id=row_id, config_hash=chash, command=command, git_sha=sha,
+            git_dirty=dirty, versions=provenance.versions(),
             device=provenance.device_name(cfg.device), timestamp=provenance.timestamp())
         written.append(str(results.append(cfg.results_dir, row, row_id, samples,
                                           config_yaml=OmegaConf.to_yaml(cfg, resolve=True))))

@@ -19,7 +19,7 @@ def bench(*args: str, cwd: Path = ROOT, env_extra: dict | None = None) -> subpro
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["run", "method=acx", "task=parity"], "unknown method 'acx'; did you mean act?"),
+    (["run", "method=acx", "task=parity"], "unknown method 'acx'; did you mean act"),
     (["run", "method=act", "task=parityy"], "unknown task 'parityy'; did you mean parity?"),
     (["run", "method=act", "act.taux=0.1"], "unknown config key 'act.taux'; did you mean act.tau"),
     (["run", "method=act", "act.tau=abc"], "act.tau: expected float, got 'abc'"),

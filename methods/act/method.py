@@ -14,7 +14,6 @@ from torch import Tensor, nn
 from bench.api import Batch, Method
 from bench.run import code_version, plain
 from methods.act import model as act_model
-from tasks.parity.task import SequenceEmbed
 
 
 class ACT(Method):
@@ -26,9 +25,9 @@ class ACT(Method):
                       halt_bias_init=float(cfg.halt_bias_init))
         if "rnn" in self._backbones():
             return act_model.ACTRNN(task_cfg.n, task_cfg.hidden, **common)
-        enc = self.task.encoder_config()
-        return act_model.ACTEncoder(enc, SequenceEmbed(task_cfg.n, enc.d_model), nn.Linear(enc.d_model, 2),
-                                    **common)
+        # The task's own embedding and head around one shared block (Universal Transformer + ACT).
+        backbone = self.task.build_backbone()
+        return act_model.ACTEncoder(self.task.encoder_config(), backbone.embed, backbone.head, **common)
 
     def _backbones(self) -> tuple[str, ...]:
         from bench import registry
@@ -46,7 +45,7 @@ class ACT(Method):
             return self.task.loss(logits, batch) + tau * m.last.ponder.mean()
 
         key = {"task": self.task.name, "task_cfg": plain(self.task.cfg), "act": plain(self.cfg),
-               "seed": self.run.seed, "code": code_version(act_model, ACT)}
+               "seed": self.run.seed, "code": code_version(act_model, ACT, type(self.task))}
         self.run.fit(model, lambda step: self.task.train_batch(step, budget["batch_size"]), loss_fn,
                      owner="act", name=f"tau{tau:g}", key=key, steps=budget["steps"], lr=budget["lr"])
         model.real_path = True
