@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import platform
 import subprocess
@@ -21,10 +22,13 @@ def _git(*args: str) -> str:
         return ""
 
 
+@functools.cache
 def git_sha() -> str:
+    """HEAD when first asked: a process's code is what was checked out when it started its first run."""
     return _git("rev-parse", "HEAD") or "unknown"
 
 
+@functools.cache
 def git_dirty() -> bool:
     """True when tracked code differs from HEAD (result and report files do not count)."""
     status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!results", ":!reports")
