@@ -1,0 +1,50 @@
+"""Method ``moefication``: MoEfication (Zhang et al. 2021) as ACM's baseline (registration only).
+
+Relufy the dense base model and fine-tune it, split every MLP into E equal experts with balanced
+k-means over its neurons, train one router per MLP on the frozen model, and run binary top-k experts per
+token at inference; k is swept at evaluation time on the one model.
+"""
+
+from dataclasses import dataclass
+
+from bench.params import param
+from bench.registry import MethodSpec, register_method
+
+
+@dataclass
+class MoeficationConfig:
+    experts: int = param(8, min=1, help="experts E per MLP (d_mlp must be divisible by E)")
+    k_values: list = param([1, 2, 4, 6, 8], min=1,
+                           help="experts per token evaluated (eval-time knob); k=E is always added")
+    total_steps: int = param(0, min=0, help="training steps on top of the base model "
+                                            "(0 = the task's method_steps, else its base train_steps)")
+    relu_fraction: float = param(0.8, min=0.0, max=1.0,
+                                 help="share of total_steps spent fine-tuning the relufied model "
+                                      "(ACM: 80 of 100 epochs); the rest trains the routers")
+    relu_lr: float = param(1e-4, min=0.0, help="lr of relufication (ACM's ViT-B: Adam 1e-4); the task's "
+                                                          "weight decay/clipping apply")
+    router_lr: float = param(1e-3, min=0.0, help="Adam lr of router training (acm-code)")
+    router_hidden: int = param(0, min=0, help="router width h of Linear(d,h) → tanh → Linear(h,E); 0 = auto: "
+                                              "max(E, round(128·d/768)), acm-code's 128 at ViT-B's d=768 "
+                                              "scaled to the model width (128 for ViT-B)")
+    kmeans_iters: int = param(30, min=1, help="max Lloyd iterations of the balanced k-means")
+
+
+def _support(task, task_cfg):
+    if "encoder" in task.backbones(task_cfg):
+        return None
+    return "MoEfication splits the MLPs of the shared transformer encoder; this task builds no encoder"
+
+
+SPEC = register_method(MethodSpec(
+    name="moefication",
+    config=MoeficationConfig,
+    impl="methods.moefication.method:Moefication",
+    description="MoEfication: relufy + fine-tune, balanced k-means experts, MLP routers, binary top-k "
+                "experts per token (grouped real path)",
+    knob="k",
+    knob_kind="eval",
+    support=_support,
+    test_overrides=("moefication.experts=4", "moefication.k_values=[1,2]", "moefication.total_steps=10",
+                    "moefication.kmeans_iters=10"),
+))
