@@ -412,6 +412,27 @@ def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[st
     return [str(p) for p in paths]
 
 
+def kernel_report(results_dir: Path, reports_dir: Path) -> list[str]:
+    """The ACM kernel figure and fit table from the latest ``bench kernels`` run, if there is one."""
+    from bench.kernels import bench as kernel_bench
+
+    rows = kernel_bench.load_kernel_rows(results_dir)
+    if rows.empty:
+        return []
+    latest = rows[rows["run_id"] == rows.sort_values("timestamp")["run_id"].iloc[-1]]
+    figure = kernel_bench.plot_kernel_rows(latest, reports_dir / "kernel_latency.png")
+    columns = ["batch", "k_mode", "variant", "baseline", "statistic", "n_points", "intercept", "slope", "r2",
+               "max_residual", "t025_rel", "t1_rel"]
+    fits = kernel_bench.fit_rows(latest)[columns]
+    table = reports_dir / "kernel_fit.md"
+    header = columns
+    body = [[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row] for row in fits.itertuples(index=False)]
+    results.atomic_write_text(table, "# ACM kernel: T(f) = a + b*f fits (relative to the dense MLP)\n\n"
+                              f"Latest run: `{latest['command'].iloc[0]}` on {latest['device_name'].iloc[0]}, "
+                              f"git {str(latest['git_sha'].iloc[0])[:10]}.\n\n" + markdown_table(header, body) + "\n")
+    return [str(figure), str(table)]
+
+
 def task_figures(view: TaskView, results_dir: Path, reports_dir: Path) -> list[Path]:
     """The figures a task registers for the report (e.g. parity: error and ponder time vs difficulty)."""
     from bench import registry
@@ -430,7 +451,10 @@ def main(results_dir: str = "results", reports_dir: str = "reports") -> list[str
     from bench import report_plots
 
     frame = results.load(results_dir)
+    kernel_paths = kernel_report(Path(results_dir), Path(reports_dir))
     if frame.empty:
+        if kernel_paths:
+            return kernel_paths
         raise ValueError(f"no result rows under {results_dir}; run `python -m bench run ...` first")
     views = task_views(frame)
     out = Path(reports_dir)
@@ -446,4 +470,4 @@ def main(results_dir: str = "results", reports_dir: str = "reports") -> list[str
         paths += task_figures(view, Path(results_dir), out)
         figures[f"{view.task}\0{view.dataset}"] = [p.name for p in paths]
         written += [str(p) for p in paths]
-    return written + write_leaderboard(views, out, figures, results_dir)
+    return kernel_paths + written + write_leaderboard(views, out, figures, results_dir)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.report import TaskView, knob_label, macs_unit, pareto_mask
+from bench.results import FILE_MODE
 
 METHOD_COLORS = {
     "dense": "#444444", "acm": "#1f77b4", "moefication": "#ff7f0e", "act": "#2ca02c", "avit": "#d62728",
@@ -30,11 +31,13 @@ def method_color(method: str) -> str:
     return METHOD_COLORS.get(method, _FALLBACK[zlib.crc32(method.encode()) % len(_FALLBACK)])
 
 
-def _save(fig, path: Path) -> None:
+def save_figure(fig, path: Path) -> None:
     """Save a PNG atomically: temporary file in the same directory, then os.replace."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    os.chmod(tmp, FILE_MODE)
     try:
         fig.savefig(tmp, format="png", dpi=130, bbox_inches="tight")
         os.replace(tmp, path)
@@ -93,7 +96,7 @@ def plot_task(view: TaskView, path: Path, x: str = "cost") -> Path:
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
     try:
-        _save(fig, path)
+        save_figure(fig, path)
     finally:
         plt.close(fig)
     return path

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 SCHEMA_VERSION = 1
+FILE_MODE = 0o644  # mkstemp creates 0600; result files are meant to be read by everyone
 
 
 @dataclass
@@ -80,6 +81,7 @@ COLUMNS = [f.name for f in dataclasses.fields(ResultRow)]
 def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(tmp, FILE_MODE)
     try:
         with os.fdopen(fd, "w", newline="") as handle:
             handle.write(text)
@@ -97,6 +99,7 @@ def atomic_write_frame(path: Path, frame) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    os.chmod(tmp, FILE_MODE)
     try:
         compression = "gzip" if path.name.endswith(".gz") else None
         frame.to_csv(tmp, index=False, compression=compression)

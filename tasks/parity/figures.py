@@ -6,8 +6,6 @@ Reads the per-sample tables kept beside the rows (difficulty, score, ponder_step
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -41,7 +39,7 @@ def difficulty_figure(rows: pd.DataFrame, results_dir: Path, reports_dir: Path) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from bench.report_plots import method_color
+    from bench.report_plots import method_color, save_figure
 
     table = difficulty_table(rows, Path(results_dir))
     if table.empty:
@@ -68,11 +66,8 @@ def difficulty_figure(rows: pd.DataFrame, results_dir: Path, reports_dir: Path) 
     fig.suptitle(f"parity — {dataset}", fontsize=10)
     fig.tight_layout()
     path = Path(reports_dir) / "parity_difficulty.png"
-    fd, tmp = tempfile.mkstemp(dir=reports_dir, suffix=".png")
-    os.close(fd)
-    fig.savefig(tmp, dpi=130)
+    save_figure(fig, path)
     plt.close(fig)
-    os.replace(tmp, path)
     table_path = Path(reports_dir) / "parity_difficulty.csv"
     results.atomic_write_frame(table_path, table)
     return [path, table_path]

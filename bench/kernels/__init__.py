@@ -1,0 +1,1 @@
+"""Conditional-computation kernels: PyTorch reference paths and the optional Triton ACM kernel."""

@@ -1,0 +1,176 @@
+"""Pure PyTorch forward paths of an ACM (Adaptive Computation Module) with prefix-ordered learners.
+
+An ACM with N learners of width ``w`` is one MLP whose hidden width varies per token: token t, running
+k_t ∈ {0..N} learners, computes
+
+    y_t = W2[:, :k_t·w] · act(W1[:k_t·w, :] · x_t + b1[:k_t·w])        (no output bias; k_t = 0 → y_t = 0)
+
+with nn.Linear conventions: ``w1`` [N·w, d], ``b1`` [N·w] (or None), ``w2`` [d, N·w]; learner n owns hidden
+units [n·w, (n+1)·w).  ``activation`` is "gelu" (exact erf GELU, as ``nn.GELU()``), "relu" or "none"
+(low-rank projection learners d→r→d).
+
+All paths share the signature ``f(x [T, d], k [T] long, w1, b1, w2, width, activation="gelu") -> [T, d]``:
+
+- :func:`acm_masked`: every token computes all N·w hidden units; units ≥ k_t·w are zeroed (training path,
+  dense cost T·N·w·d·2 MACs).
+- :func:`acm_naive`: loop over learners, gather the tokens with k > n, compute that learner's slice,
+  ``index_add_`` back (Σ_t k_t·w·d·2 MACs, N small GEMM pairs).
+- :func:`acm_sorted`: the inference path.  Tokens are sorted by k (descending, stable); each group of
+  equal k is a contiguous block of rows and runs ONE dense GEMM pair with the weights sliced to k·w hidden
+  units (Σ_t k_t·w·d·2 MACs, at most N GEMM pairs, no work for k = 0 tokens); outputs are written back in
+  the original token order.  A token's output depends only on its own row (batch-invariant up to the
+  rounding of a GEMM run on a different number of rows).
+  **Host syncs**: the group sizes come back to the host (``bincount(...).tolist()``) to slice the rows and
+  size the GEMMs; that is one device→host synchronisation per call.  The Triton kernel
+  (:mod:`bench.kernels.acm_triton`) avoids it: grouping happens on device and the grid is sized from
+  host-known worst cases.
+- :func:`acm_reference_fp64`: a per-token float64 reference for tests.
+
+:func:`random_k` draws learner counts with a given mean executed fraction (for benchmarks and tests).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+ACTIVATIONS = ("gelu", "relu", "none")
+
+
+def triton_available() -> bool:
+    """True when Triton is installed and can run here: on a CUDA device, or on CPU through the
+    interpreter (``TRITON_INTERPRET=1``).  Does not import triton."""
+    if importlib.util.find_spec("triton") is None:
+        return False
+    return torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _act(h: Tensor, activation: str) -> Tensor:
+    if activation == "gelu":
+        return F.gelu(h)
+    if activation == "relu":
+        return F.relu(h)
+    if activation == "none":
+        return h
+    raise ValueError(f"unknown activation {activation!r}; expected one of {ACTIVATIONS}")
+
+
+def _check(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, width: int) -> int:
+    """Validate shapes; return the number of learners N."""
+    if x.dim() != 2 or k.dim() != 1 or k.shape[0] != x.shape[0]:
+        raise ValueError(f"expected x [T, d] and k [T]; got {tuple(x.shape)} and {tuple(k.shape)}")
+    hidden, d = w1.shape
+    if width <= 0 or hidden % width:
+        raise ValueError(f"w1 has {hidden} hidden units, not a multiple of width {width}")
+    if x.shape[1] != d or tuple(w2.shape) != (d, hidden):
+        raise ValueError(f"shape mismatch: x {tuple(x.shape)}, w1 {tuple(w1.shape)}, w2 {tuple(w2.shape)}")
+    if b1 is not None and tuple(b1.shape) != (hidden,):
+        raise ValueError(f"b1 must have shape ({hidden},); got {tuple(b1.shape)}")
+    return hidden // width
+
+
+def acm_masked(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, width: int,
+               activation: str = "gelu") -> Tensor:
+    """All N·w hidden units for every token, units ≥ k_t·w zeroed after the activation (dense cost)."""
+    n = _check(x, k, w1, b1, w2, width)
+    h = _act(F.linear(x, w1, b1), activation)
+    keep = torch.arange(n * width, device=x.device) < (k.to(x.device) * width).unsqueeze(1)
+    return F.linear(h * keep.to(h.dtype), w2)
+
+
+def acm_naive(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, width: int,
+              activation: str = "gelu") -> Tensor:
+    """Loop over learners: gather tokens with k > n, run learner n's slice, ``index_add_`` back."""
+    n_learners = _check(x, k, w1, b1, w2, width)
+    y = torch.zeros_like(x)
+    k = k.to(x.device)
+    for n in range(n_learners):
+        idx = torch.nonzero(k > n).squeeze(1)
+        lo, hi = n * width, (n + 1) * width
+        h = _act(F.linear(x.index_select(0, idx), w1[lo:hi], None if b1 is None else b1[lo:hi]), activation)
+        y.index_add_(0, idx, F.linear(h, w2[:, lo:hi]))
+    return y
+
+
+def acm_sorted(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, width: int,
+               activation: str = "gelu") -> Tensor:
+    """Sort tokens by k; one GEMM pair per group of equal k with weights sliced to k·w hidden units.
+
+    One host sync: the group sizes (``bincount``) are brought to the host to slice rows.  Tokens with
+    k = 0 are never gathered nor computed: their output rows are zero-filled.  When every token has the
+    same k the sort, gather and scatter are skipped (one GEMM pair on x as it is).
+    """
+    n_learners = _check(x, k, w1, b1, w2, width)
+    k = k.to(x.device)
+    sizes = torch.bincount(k, minlength=n_learners + 1).tolist()  # host sync (the Triton path avoids it)
+    T = len(k)
+    if sizes[0] == T:  # nothing runs
+        return torch.zeros_like(x)
+    if max(sizes) == T:  # one group holds every token: no gather/scatter needed
+        hidden = sizes.index(T) * width
+        h = _act(F.linear(x, w1[:hidden], None if b1 is None else b1[:hidden]), activation)
+        return F.linear(h, w2[:, :hidden])
+    active = T - sizes[0]
+    order = torch.argsort(k, descending=True, stable=True)
+    xs = x.index_select(0, order[:active])  # descending k: the k = 0 tokens come last, never gathered
+    ys = x.new_empty(x.shape)  # rows in sorted order; rows [active:] are the k = 0 tokens' zeros
+    ys[active:] = 0
+    start = 0
+    for kk in range(n_learners, 0, -1):
+        size = sizes[kk]
+        if size == 0:
+            continue
+        hidden = kk * width
+        rows = slice(start, start + size)
+        h = _act(F.linear(xs[rows], w1[:hidden], None if b1 is None else b1[:hidden]), activation)
+        torch.mm(h, w2[:, :hidden].t(), out=ys[rows])
+        start += size
+    return torch.empty_like(x).index_copy_(0, order, ys)
+
+
+def acm_reference_fp64(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, width: int,
+                       activation: str = "gelu") -> Tensor:
+    """Per-token float64 reference (slow; tests only).  Returns float64 on x's device."""
+    _check(x, k, w1, b1, w2, width)
+    xd, w1d, w2d = x.double(), w1.double(), w2.double()
+    b1d = None if b1 is None else b1.double()
+    y = torch.zeros_like(xd)
+    for t, kt in enumerate(k.tolist()):
+        if kt == 0:
+            continue
+        hidden = kt * width
+        h = w1d[:hidden] @ xd[t]
+        if b1d is not None:
+            h = h + b1d[:hidden]
+        y[t] = w2d[:, :hidden] @ _act(h, activation)
+    return y
+
+
+def random_k(T: int, N: int, fraction: float, generator: torch.Generator | None = None,
+             mode: str = "iid", device: torch.device | str = "cpu") -> Tensor:
+    """Learner counts k [T] (int64) in {0..N} with mean k/N ≈ ``fraction``.
+
+    - ``"iid"``: each learner of each token runs independently with probability ``fraction``, i.e.
+      k_t ~ Binomial(N, fraction): E[k]/N = fraction exactly, and every group size 0..N occurs (the
+      sorted path and the kernel see ragged groups, as with a real gate).
+    - ``"equal"``: (almost) all tokens get the same k.  When fraction·N is an integer every token gets
+      it; otherwise the two adjacent values floor/ceil are mixed deterministically and evenly over the
+      tokens (Bresenham) so that Σk = round(fraction·N·T) exactly.
+    """
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must be in [0, 1]; got {fraction}")
+    if mode == "iid":
+        probs = torch.full((T, N), float(fraction), dtype=torch.float64)
+        k = torch.bernoulli(probs, generator=generator).sum(dim=1).long()
+    elif mode == "equal":
+        total = round(fraction * N * T)
+        t = torch.arange(T + 1, dtype=torch.int64)
+        cum = (t * total) // max(T, 1)
+        k = cum[1:] - cum[:-1]
+    else:
+        raise ValueError(f"unknown k mode {mode!r}; expected 'iid' or 'equal'")
+    return k.to(device)
