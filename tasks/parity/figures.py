@@ -39,31 +39,31 @@ def difficulty_figure(rows: pd.DataFrame, results_dir: Path, reports_dir: Path) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from bench.report_plots import method_color, save_figure
+    from bench.report_plots import save_figure
 
     table = difficulty_table(rows, Path(results_dir))
     if table.empty:
         return []
     dataset = rows["dataset"].iloc[0]
-    fig, (ax_err, ax_steps) = plt.subplots(1, 2, figsize=(12, 4.6))
-    curves = table.groupby(["method", "knob_name", "knob_value"], sort=True)
-    styles = ["-", "--", ":", "-."]
+    fig, (ax_err, ax_steps) = plt.subplots(1, 2, figsize=(13, 4.8))
+    curves = list(table.groupby(["method", "knob_name", "knob_value"], sort=True))
+    palette = plt.get_cmap("tab10")
     for i, ((method, knob, value), curve) in enumerate(curves):
         label = f"{method} {knob}={value}"
-        style = styles[i % len(styles)]
-        color = method_color(method)
-        alpha = 0.35 + 0.65 * ((i % 5) / 4)
-        ax_err.plot(curve["difficulty"], curve["error"], style, color=color, alpha=alpha, label=label)
+        style = "-" if curve["ponder_steps"].notna().any() else "--"  # adaptive solid, static dashed
+        color = palette(i % 10)
+        ax_err.plot(curve["difficulty"], curve["error"], style, color=color, marker=".", label=label)
         if curve["ponder_steps"].notna().any():
-            ax_steps.plot(curve["difficulty"], curve["ponder_steps"], style, color=color, alpha=alpha, label=label)
+            ax_steps.plot(curve["difficulty"], curve["ponder_steps"], style, color=color, marker=".", label=label)
     ax_err.axhline(0.5, color="grey", lw=0.8, ls=":")
     ax_err.set(xlabel="difficulty (non-zero entries)", ylabel="error rate ↓ (0.5 = chance)", ylim=(-0.02, 0.6),
                title="error vs difficulty")
     ax_steps.set(xlabel="difficulty (non-zero entries)", ylabel="mean ponder steps N", title="ponder time vs difficulty")
     for ax in (ax_err, ax_steps):
         ax.grid(alpha=0.3)
-    ax_steps.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle(f"parity — {dataset}", fontsize=10)
+    ax_steps.legend(*ax_err.get_legend_handles_labels(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                    title="seeds pooled")
+    fig.suptitle(f"parity — {dataset}; dashed = static (no ponder steps)", fontsize=10)
     fig.tight_layout()
     path = Path(reports_dir) / "parity_difficulty.png"
     save_figure(fig, path)
