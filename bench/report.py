@@ -397,8 +397,12 @@ def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[st
         md += ["", f"## {title}", ""] + [note + "  " for note in _section_notes(view, delta)]
         body += [f"<h2>{html.escape(title)}</h2>"] + [f"<p>{html.escape(n)}</p>" for n in _section_notes(view, delta)]
         for name in figures.get(f"{view.task}\0{view.dataset}", []):
-            md += ["", f"![{name}]({name})"]
-            body.append(f'<img src="{html.escape(name)}" alt="{html.escape(name)}">')
+            if name.endswith(".png"):
+                md += ["", f"![{name}]({name})"]
+                body.append(f'<img src="{html.escape(name)}" alt="{html.escape(name)}">')
+            else:  # a data table beside the figures
+                md += ["", f"Data: [{name}]({name})"]
+                body.append(f'<p>Data: <a href="{html.escape(name)}">{html.escape(name)}</a></p>')
         for caption, (header, table) in (("Summary", summary_table(view, delta)), ("All rows", rows_table(view))):
             md += ["", f"### {caption}", "", markdown_table(header, table)]
             body += [f"<h3>{caption}</h3>", html_table(header, table)]
