@@ -219,11 +219,13 @@ class TaskView:
 
 
 def _curve_labels(rows) -> list[str]:
-    """"method", plus " [variant]" if set, plus " (knob)" if the method appears with several knobs."""
+    """"method", plus " [variant]" if the method appears with several variants on this task, plus
+    " (knob)" if it appears with several knobs.  Every row's variant stays in the rows table."""
     knobs_per_method = rows.groupby("method")["knob_name"].nunique()
+    variants_per_method = rows.groupby("method")["variant"].nunique()
     labels = []
     for method, variant, knob in rows[CURVE_KEY].itertuples(index=False):
-        label = method + (f" [{variant}]" if variant else "")
+        label = method + (f" [{variant}]" if variant and variants_per_method[method] > 1 else "")
         labels.append(label + (f" ({knob})" if knobs_per_method[method] > 1 else ""))
     return labels
 
@@ -325,7 +327,7 @@ def summary_table(view: TaskView, delta: float = DELTA) -> tuple[list[str], list
 def rows_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
     unit, scale = macs_unit(view.macs_dense)
     header = ["method", "knob", view.metric, f"mean {unit}", "% dense", f"p10/p50/p90 {unit}",
-              "latency b1 ms", "throughput/s", "params", "seed", "git sha", "config hash"]
+              "latency b1 ms", "throughput/s", "params", "seed", "variant", "git sha", "config hash"]
     table = []
     rows = view.rows.assign(_cost=view.rows["macs_mean"]).sort_values(["curve", "_cost", "seed"], kind="stable")
     for r in rows.to_dict("records"):
@@ -335,7 +337,8 @@ def rows_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
             _num(r["macs_mean"] / scale, ".4g"), _num(100 * r["macs_mean"] / view.macs_dense, ".1f", "%"),
             "/".join(_num(r[k] / scale, ".4g") for k in ("macs_p10", "macs_p50", "macs_p90")),
             _num(r["latency_b1_ms"], ".3g"), _num(r["throughput_per_s"], ".4g"), _num(r["params"], ",.0f"),
-            str(r["seed"]), sha, str(r["config_hash"])[:10],
+            str(r["seed"]), str(r["variant"]) if r["variant"] == r["variant"] else "", sha,
+            str(r["config_hash"])[:10],
         ])
     return header, table
 
