@@ -25,17 +25,22 @@ def stable_hash(obj: Any, length: int = 12) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
+# Files of a method/task package that cannot change trained weights (drawing figures from results).
+NOT_TRAINING_CODE = {"figures.py"}
+
+
 def code_version(*objects: Any) -> str:
     """Hash of the source defining ``objects`` (modules, classes or functions).
 
     An object defined in a package's ``__init__`` or in a module of a method/task package counts the
-    whole package directory (its model, data and training code), so editing any of it retrains.
+    whole package directory (its model, data and training code), so editing any of it retrains; only
+    ``NOT_TRAINING_CODE`` files (figures) are left out.
     """
     files: set[Path] = set()
     for obj in objects:
         path = Path(inspect.getsourcefile(obj)).resolve()
         if path.parent.parent.name in ("methods", "tasks"):
-            files.update(path.parent.glob("*.py"))
+            files.update(p for p in path.parent.glob("*.py") if p.name not in NOT_TRAINING_CODE)
         else:
             files.add(path)
     digest = hashlib.sha256()

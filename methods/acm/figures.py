@@ -132,12 +132,16 @@ def _results_costs(results_dir: Path, task_name: str) -> dict[str, "object"]:
         return {}
     rows = frame[(frame["method"] == "acm") & (frame["task"] == task_name)]
     out = {}
-    for _, row in rows.sort_values("knob_value").iterrows():
+    several_variants = rows["variant"].nunique() > 1
+    for _, row in rows.sort_values(["variant", "knob_value"]).iterrows():
         try:
             samples = results.load_samples(results_dir, task_name, "acm", row["run_id"])
         except FileNotFoundError:
             continue
-        out[f"β={row['knob_value']} ({row['quality']:.3f} {row['metric']})"] = \
+        # rows of different variants (e.g. loss weights) would share a β label: name what differs
+        alpha = next((part for part in str(row["variant"]).split(";") if part.startswith("alpha=")), "")
+        extra = f", {alpha}" if several_variants and alpha else ""
+        out[f"β={row['knob_value']}{extra} ({row['quality']:.3f} {row['metric']})"] = \
             100.0 * samples["macs"].to_numpy() / float(row["macs_dense"])
     return out
 
