@@ -60,6 +60,15 @@ class MethodSpec:
     test_overrides: tuple[str, ...] = ()
 
 
+def requires_backbone(kind: str, reason: str) -> Callable[[TaskSpec, Any], str | None]:
+    """A ``MethodSpec.support`` for methods that need one backbone family (e.g. "encoder")."""
+
+    def support(task: TaskSpec, task_cfg: Any) -> str | None:
+        return None if kind in task.backbones(task_cfg) else reason
+
+    return support
+
+
 _METHODS: dict[str, MethodSpec] = {}
 _TASKS: dict[str, TaskSpec] = {}
 _loaded_builtin = False

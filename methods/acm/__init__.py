@@ -4,7 +4,7 @@ and q/k/v/o projection of the task's dense transformer (registration only; no to
 from dataclasses import dataclass
 
 from bench.params import param
-from bench.registry import MethodSpec, register_method
+from bench.registry import MethodSpec, register_method, requires_backbone
 
 
 @dataclass
@@ -50,12 +50,6 @@ class ACMConfig:
                                               "see method.py)")
 
 
-def _support(task, task_cfg):
-    if "encoder" in task.backbones(task_cfg):
-        return None
-    return "ACM replaces transformer MLPs/projections; this task's backbone has none"
-
-
 SPEC = register_method(MethodSpec(
     name="acm",
     config=ACMConfig,
@@ -64,6 +58,6 @@ SPEC = register_method(MethodSpec(
                 "pre-training, end-to-end with budget/entropy/diversity losses",
     knob="beta_target",
     knob_kind="train",
-    support=_support,
+    support=requires_backbone("encoder", "ACM replaces transformer MLPs/projections; this task's backbone has none"),
     test_overrides=("acm.min_distill_steps=2", "acm.min_gate_steps=2"),
 ))

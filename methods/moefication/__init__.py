@@ -8,7 +8,7 @@ token at inference; k is swept at evaluation time on the one model.
 from dataclasses import dataclass
 
 from bench.params import param
-from bench.registry import MethodSpec, register_method
+from bench.registry import MethodSpec, register_method, requires_backbone
 
 
 @dataclass
@@ -30,12 +30,6 @@ class MoeficationConfig:
     kmeans_iters: int = param(30, min=1, help="max Lloyd iterations of the balanced k-means")
 
 
-def _support(task, task_cfg):
-    if "encoder" in task.backbones(task_cfg):
-        return None
-    return "MoEfication splits the MLPs of the shared transformer encoder; this task builds no encoder"
-
-
 SPEC = register_method(MethodSpec(
     name="moefication",
     config=MoeficationConfig,
@@ -44,7 +38,7 @@ SPEC = register_method(MethodSpec(
                 "experts per token (grouped real path)",
     knob="k",
     knob_kind="eval",
-    support=_support,
+    support=requires_backbone("encoder", "MoEfication splits the MLPs of the shared transformer encoder; this task builds no encoder"),
     test_overrides=("moefication.experts=4", "moefication.k_values=[1,2]", "moefication.total_steps=10",
                     "moefication.kmeans_iters=10"),
 ))
