@@ -218,14 +218,24 @@ class TaskView:
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", self.task)
 
 
+def _distinct_parts(variants: list[str]) -> dict[str, str]:
+    """Each variant string reduced to its ";"-separated parts that differ between the variants."""
+    split = {v: v.split(";") for v in variants}
+    common = set.intersection(*(set(parts) for parts in split.values())) if split else set()
+    return {v: ";".join(p for p in parts if p not in common) or v for v, parts in split.items()}
+
+
 def _curve_labels(rows) -> list[str]:
-    """"method", plus " [variant]" if the method appears with several variants on this task, plus
-    " (knob)" if it appears with several knobs.  Every row's variant stays in the rows table."""
+    """"method", plus " [variant]" if the method appears with several variants on this task (only the
+    parts that differ), plus " (knob)" if it appears with several knobs.  Full variants stay in the rows
+    table."""
     knobs_per_method = rows.groupby("method")["knob_name"].nunique()
-    variants_per_method = rows.groupby("method")["variant"].nunique()
+    short = {m: _distinct_parts([str(v) for v in group.unique()])
+             for m, group in rows.fillna({"variant": ""}).groupby("method")["variant"]}
     labels = []
     for method, variant, knob in rows[CURVE_KEY].itertuples(index=False):
-        label = method + (f" [{variant}]" if variant and variants_per_method[method] > 1 else "")
+        variant = "" if variant != variant else str(variant)  # NaN -> ""
+        label = method + (f" [{short[method][variant]}]" if variant and len(short[method]) > 1 else "")
         labels.append(label + (f" ({knob})" if knobs_per_method[method] > 1 else ""))
     return labels
 

@@ -164,3 +164,11 @@ def test_latest_rows_keeps_latest_timestamp():
     frame = pd.DataFrame([results.dataclasses.asdict(_row("act", "eval", 0.2, 0.2, q, timestamp=t))
                           for q, t in [(0.1, "2024-03-01T00:00:00+00:00"), (0.2, "2024-01-01T00:00:00+00:00")]])
     assert report.latest_rows(frame)["quality"].tolist() == [0.1]
+
+
+def test_curve_labels_keep_only_differing_variant_parts():
+    from bench.report import _distinct_parts
+
+    short = _distinct_parts(["N=4;alpha=0.1;T=0.8", "N=4;alpha=1;T=0.8"])
+    assert short == {"N=4;alpha=0.1;T=0.8": "alpha=0.1", "N=4;alpha=1;T=0.8": "alpha=1"}
+    assert _distinct_parts(["same"]) == {"same": "same"}
