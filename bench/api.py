@@ -43,10 +43,20 @@ class Task:
     name: str = ""
     metric: str = "accuracy"
     higher_is_better: bool = True
+    # Config keys that cannot change the dense base model (evaluation, the methods' budget): left out
+    # of its cache key, so changing them does not retrain it.
+    not_base_keys: tuple[str, ...] = ()
 
     def __init__(self, cfg: Any, run: "RunContext"):
         self.cfg = cfg
         self.run = run
+
+    def base_config(self) -> dict[str, Any]:
+        """The task config that determines the dense base model (its cache key)."""
+        from omegaconf import OmegaConf
+
+        values = OmegaConf.to_container(self.cfg, resolve=True) if OmegaConf.is_config(self.cfg) else dict(self.cfg)
+        return {k: v for k, v in values.items() if k not in self.not_base_keys}
 
     # --- data -------------------------------------------------------------------------------
     @property

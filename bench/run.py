@@ -86,7 +86,7 @@ class RunContext:
         torch.manual_seed(self.seed)
         model = task.build_backbone(width=width, depth=depth)
         budget = task.base_budget()
-        key = {"task": self.task_name, "cfg": plain(task.cfg), "width": width, "depth": depth,
+        key = {"task": self.task_name, "cfg": task.base_config(), "width": width, "depth": depth,
                "seed": self.seed, "code": code_version(type(task), skeleton, train)}
         self.fit(model, lambda step: task.train_batch(step, budget["batch_size"]), task_loss(task),
                  owner="dense", name=f"w{width}-d{depth}", key=key, steps=budget["steps"], lr=budget["lr"],

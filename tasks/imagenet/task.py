@@ -31,6 +31,7 @@ class ImageNetTask(Task):
     name = "imagenet"
     metric = "top1"
     higher_is_better = True
+    not_base_keys = ("method_steps", "eval_batch", "eval_samples", "eval_split", "workers")
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)

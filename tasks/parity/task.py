@@ -97,6 +97,7 @@ class ParityTask(Task):
     name = "parity"
     metric = "accuracy"
     higher_is_better = True
+    not_base_keys = ("test_samples", "eval_batch")
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
