@@ -77,6 +77,16 @@ def captured(model: nn.Module, names: list[str]) -> Iterator[dict[str, tuple[Ten
             handle.remove()
 
 
+def dense_module_io(dense: nn.Module, layers: dict[str, "M.ACM"], batch: Batch):
+    """(ACM layer, z, o) for every replaced module: the frozen dense model's input z and output o of that
+    module on ``batch``, flattened to tokens [T, d] (the targets of stages 1 and 2)."""
+    with torch.no_grad(), captured(dense, list(layers)) as records:
+        dense(batch.x)
+    for name, layer in layers.items():
+        z, o = records[name]
+        yield layer, z.reshape(-1, layer.d), o.reshape(-1, layer.d)
+
+
 def gate_labels(outputs: Tensor, zero: Tensor, target: Tensor, tau: float) -> Tensor:
     """Stage-2 labels (learner counts): t = min{n ∈ 2..N : d(n)/d(n−1) ≥ τ}, else N.
 
@@ -170,15 +180,10 @@ class ACMMethod(Method):
     def distill(self, model: nn.Module, dense: nn.Module, layers: dict[str, M.ACM], steps: int,
                 upstream: dict[str, Any]) -> dict[str, Any]:
         detach = self.cfg.distill_mode == "detach"
-        names = list(layers)
 
         def loss_fn(_model: nn.Module, batch: Batch) -> Tensor:
-            with torch.no_grad(), captured(dense, names) as records:
-                dense(batch.x)
             losses = []
-            for name, layer in layers.items():
-                z, o = records[name]
-                z, o = z.reshape(-1, layer.d), o.reshape(-1, layer.d)
+            for layer, z, o in dense_module_io(dense, layers, batch):
                 outs = layer.cumulative_outputs(z, detach_earlier=detach)  # [T, N, d]
                 losses.append(F.mse_loss(outs, o.unsqueeze(1).expand_as(outs)))
             return torch.stack(losses).mean()
@@ -194,15 +199,10 @@ class ACMMethod(Method):
     def pretrain_gates(self, model: nn.Module, dense: nn.Module, layers: dict[str, M.ACM], steps: int,
                        offset: int, upstream: dict[str, Any]) -> dict[str, Any]:
         tau = float(self.cfg.gate_tau)
-        names = list(layers)
 
         def loss_fn(_model: nn.Module, batch: Batch) -> Tensor:
-            with torch.no_grad(), captured(dense, names) as records:
-                dense(batch.x)
             losses = []
-            for name, layer in layers.items():
-                z, o = records[name]
-                z, o = z.reshape(-1, layer.d), o.reshape(-1, layer.d)
+            for layer, z, o in dense_module_io(dense, layers, batch):
                 with torch.no_grad():
                     labels = gate_labels(layer.cumulative_outputs(z), layer.zero_output(z), o, tau)
                 losses.append(F.cross_entropy(layer.gate(z), labels - layer.min_k))
