@@ -8,6 +8,7 @@ by truncation) atol = 3% of max|y|, rtol = 3e-2.
 """
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel module is imported (read at @triton.jit)
 
@@ -218,6 +219,13 @@ def test_benchmark_quick(tmp_path):
     assert again.exists()
     _, refit = kernel_bench.refit(data[0])
     pd.testing.assert_frame_equal(refit.reset_index(drop=True), pd.read_csv(fits[0]), check_dtype=False)
+    # `bench report` draws the kernel figure and fit table even when no task rows exist yet
+    from bench import report
+
+    written = report.main(str(tmp_path / "results"), str(tmp_path / "board"))
+    assert sorted(Path(p).name for p in written) == ["kernel_fit.md", "kernel_latency.png"]
+    table = (tmp_path / "board" / "kernel_fit.md").read_text()
+    assert "acm_sorted" in table and "| batch | k_mode | variant |" in table
 
 
 def test_fit_line_exact():
