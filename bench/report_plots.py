@@ -70,15 +70,20 @@ def plot_task(view: TaskView, path: Path, x: str = "cost") -> Path:
             ax.axvline(dense_x, **kw)
         ax.axhline(view.dense["quality"], label=f"dense base ({view.dense['knob_name']}={knob_label(view.dense['knob_value'])})", **kw)
 
+    styles = ["-", "--", ":", "-."]  # several curves of one method (variants) keep its colour, not its line
+    seen_per_method: dict[str, int] = {}
     for curve, pts in points.groupby("curve", sort=False):
         pts = pts.sort_values("x")
-        color = method_color(str(pts["method"].iloc[0]))
+        method = str(pts["method"].iloc[0])
+        color = method_color(method)
+        line = styles[seen_per_method.get(method, 0) % len(styles)]
+        seen_per_method[method] = seen_per_method.get(method, 0) + 1
         static = str(pts["knob_kind"].iloc[0]) == "static"
         spread = pts["n_seeds"] > 1
         yerr = np.vstack([pts["quality"] - pts["q_min"], pts["q_max"] - pts["quality"]]) * spread.to_numpy()
         ax.errorbar(pts["x"], pts["quality"], yerr=yerr if spread.any() else None, color=color,
                     marker="s" if static else "o", markersize=6 if static else 4,
-                    linestyle="none" if static else "-", linewidth=1.5, capsize=3, label=f"{curve} ({pts['knob_kind'].iloc[0]})")
+                    linestyle="none" if static else line, linewidth=1.5, capsize=3, label=f"{curve} ({pts['knob_kind'].iloc[0]})")
         for px, py, value in zip(pts["x"], pts["quality"], pts["knob_value"]):
             ax.annotate(knob_label(value), (px, py), xytext=(3, 4), textcoords="offset points", fontsize=7, color=color)
 

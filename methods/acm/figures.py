@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -100,8 +101,9 @@ def heatmaps(model: nn.Module, task: Task, path: Path, n_images: int = 8) -> Pat
                  fontsize=8)
     if mappable is not None:
         fig.colorbar(mappable, ax=axes[1, :].tolist(), fraction=0.02, pad=0.01)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    from bench.report_plots import save_figure
+
+    save_figure(fig, path)
     plt.close(fig)
     return path
 
@@ -131,18 +133,24 @@ def _results_costs(results_dir: Path, task_name: str) -> dict[str, "object"]:
     if frame is None or len(frame) == 0:
         return {}
     rows = frame[(frame["method"] == "acm") & (frame["task"] == task_name)]
-    out = {}
     several_variants = rows["variant"].nunique() > 1
-    for _, row in rows.sort_values(["variant", "knob_value"]).iterrows():
+    pooled: dict[str, list] = {}
+    for _, row in rows.sort_values(["variant", "knob_value", "seed"]).iterrows():
         try:
             samples = results.load_samples(results_dir, task_name, "acm", row["run_id"])
         except FileNotFoundError:
             continue
         # rows of different variants (e.g. loss weights) would share a β label: name what differs
         alpha = next((part for part in str(row["variant"]).split(";") if part.startswith("alpha=")), "")
-        extra = f", {alpha}" if several_variants and alpha else ""
-        out[f"β={row['knob_value']}{extra} ({row['quality']:.3f} {row['metric']})"] = \
-            100.0 * samples["macs"].to_numpy() / float(row["macs_dense"])
+        label = f"β={row['knob_value']}{f', {alpha}' if several_variants and alpha else ''}"
+        entry = pooled.setdefault(label, [[], [], [], row["metric"]])  # costs, qualities, seeds, metric
+        entry[0].append(100.0 * samples["macs"].to_numpy() / float(row["macs_dense"]))
+        entry[1].append(float(row["quality"]))
+        entry[2].append(str(row["seed"]))
+    out = {}
+    for label, (costs, qualities, seeds, metric) in pooled.items():  # seeds pooled into one histogram
+        seed_text = f", seeds {','.join(seeds)}" if len(seeds) > 1 else ""
+        out[f"{label} ({np.mean(qualities):.3f} {metric}{seed_text})"] = np.concatenate(costs)
     return out
 
 
@@ -169,8 +177,9 @@ def cost_histogram(model: nn.Module, task: Task, path: Path, results_dir: Path |
     ax.set_ylabel("images")
     ax.set_title(f"ACM per-image cost — {task.dataset}\n({source})", fontsize=8)
     ax.legend(fontsize=7)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    from bench.report_plots import save_figure
+
+    save_figure(fig, path)
     plt.close(fig)
     return path
 
