@@ -18,6 +18,13 @@ if TYPE_CHECKING:
     from bench.run import RunContext
 
 
+def plain(cfg: Any) -> Any:
+    """A config section as plain Python containers (resolved), for hashing and printing."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
+
+
 @dataclass
 class Batch:
     x: Tensor  # model input
@@ -53,10 +60,7 @@ class Task:
 
     def base_config(self) -> dict[str, Any]:
         """The task config that determines the dense base model (its cache key)."""
-        from omegaconf import OmegaConf
-
-        values = OmegaConf.to_container(self.cfg, resolve=True) if OmegaConf.is_config(self.cfg) else dict(self.cfg)
-        return {k: v for k, v in values.items() if k not in self.not_base_keys}
+        return {k: v for k, v in plain(self.cfg).items() if k not in self.not_base_keys}
 
     # --- data -------------------------------------------------------------------------------
     @property

@@ -149,7 +149,7 @@ def compose(overrides: Sequence[str]):
     return cfg
 
 
-def selected(cfg: Any, overrides: Sequence[str]) -> tuple[str, str]:
+def selected(cfg: Any) -> tuple[str, str]:
     """(method name, task name) of a composed config."""
     method = [k for k in cfg.keys() if k in registry.methods()]
     task = [k for k in cfg.keys() if k in registry.tasks()]
@@ -199,7 +199,7 @@ def validate(overrides: Sequence[str]) -> int:
         combos = [tuple(s[min(i, len(s) - 1)] for s in sweeps) for i in range(max(map(len, sweeps)))]
     for combo in combos:
         cfg = compose(fixed + list(combo))
-        check_config(cfg, *selected(cfg, overrides))
+        check_config(cfg, *selected(cfg))
     total = 1
     for s in sweeps:
         total *= len(s)

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from omegaconf import OmegaConf
 from torch import nn
 
 from bench import train
-from bench.api import Batch, Task
+from bench.api import Batch, Task, plain  # noqa: F401  (plain: re-exported for methods)
 
 
 def stable_hash(obj: Any, length: int = 12) -> str:
@@ -47,10 +46,6 @@ def code_version(*objects: Any) -> str:
     for path in sorted(files):
         digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()[:12]
-
-
-def plain(cfg: Any) -> Any:
-    return OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
 
 
 class RunContext:
