@@ -468,7 +468,10 @@ def main(results_dir: str = "results", reports_dir: str = "reports") -> list[str
     from bench import report_plots
 
     frame = results.load(results_dir)
+    from bench import report_e2e
+
     kernel_paths = kernel_report(Path(results_dir), Path(reports_dir))
+    kernel_paths += report_e2e.write(Path(results_dir), Path(reports_dir))  # ACM end to end (results/e2e)
     if frame.empty:
         if kernel_paths:
             return kernel_paths
