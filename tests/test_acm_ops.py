@@ -145,7 +145,7 @@ def test_model_counter_equals_the_decision_log(path, monkeypatch):
             acm.gate.out.bias.normal_(std=1.0)
             acm.gate.out.weight.mul_(4.0)
     model.eval()
-    x = inputs(3)
+    x = inputs(2)
     with torch.inference_mode():
         report = cost.count(model, x)
         per_sample = M.sample_macs(model)
@@ -189,3 +189,27 @@ def test_operators_compile_without_graph_breaks():
     out = compiled(x, k)
     ref = 2 * acm_reference_fp64(2 * x.cpu(), k.cpu(), w1.cpu(), b1.cpu(), w2.cpu(), W)
     torch.testing.assert_close(out.cpu().double(), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_autotuning_runs_once_per_shape_on_the_full_width_workload(monkeypatch):
+    """On a GPU the first call of a shape tunes on every token at k = N (not on the call's own k, which
+    at f = 0 would make every tile exit and the smallest tiles win); later calls do not re-tune."""
+    from bench.kernels import acm_triton as kt
+
+    calls = []
+
+    def record(x, order, counts, *args):
+        calls.append((order.clone(), counts.clone()))
+
+    monkeypatch.setattr(kt, "INTERPRET", False)
+    monkeypatch.setattr(kt, "_launch", record)
+    monkeypatch.setattr(kt, "_TUNED", set())
+    x = tokens(21)
+    w1, b1, w2 = layer()
+    for _ in range(2):
+        kt._ensure_tuned(x, w1.t(), b1, w2.t(), W, "gelu", True)
+    assert len(calls) == 1
+    order, counts = calls[0]
+    assert counts.tolist() == [0] * N + [21] and torch.equal(order.long().cpu(), torch.arange(21))
+    kt._ensure_tuned(tokens(22), w1.t(), b1, w2.t(), W, "gelu", True)  # a new T is a new shape
+    assert len(calls) == 2

@@ -334,7 +334,7 @@ def _tune_key(x: Tensor, w_up: Tensor, b1: Tensor | None, w_down: Tensor, width:
 
 
 def _ensure_tuned(x: Tensor, w_up: Tensor, b1: Tensor | None, w_down: Tensor, width: int, activation: str,
-                  gather_x: bool) -> None:  # pragma: no cover - needs a GPU (no autotuning when interpreting)
+                  gather_x: bool) -> None:
     """Autotune this shape on the full-width workload (every token at k = N) before its first real call.
 
     triton's autotuner benchmarks its configurations on the first call for a key and keeps the winner for
