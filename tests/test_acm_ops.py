@@ -53,19 +53,24 @@ def test_counting_sort_equals_a_stable_argsort(case):
         "out_of_range": lambda: torch.tensor([7, -1, 2, 4, 0, 9, 1, 3]),  # clamped to [0, N]
         "int32": lambda: random_k(50, N, 0.5, g).to(torch.int32),
     }[case]().to(DEV)
-    order, counts = group_tokens(k, N)
+    x = torch.randn(len(k), 5, generator=torch.Generator().manual_seed(6)).to(DEV)
+    order, counts, xs = group_tokens(k, N, x)
     ref_order, ref_counts = group_tokens_reference(k, N)
     assert order.dtype == torch.int32 and counts.dtype == torch.int32
     assert torch.equal(counts.long().cpu(), ref_counts.cpu())
     assert torch.equal(order.long().cpu(), ref_order.cpu())
+    assert torch.equal(xs, x[ref_order])  # X gathered once into sorted order, in the same pass
+    assert group_tokens(k, N)[2] is None
 
 
 def test_grouping_of_a_strided_k():
     k = random_k(40, N, 0.5, torch.Generator().manual_seed(5)).to(DEV)
     wide = torch.stack([k, torch.zeros_like(k)], dim=1)[:, 0]  # stride 2
-    order, counts = group_tokens(wide, N)
+    x = torch.randn(60, 2 * 70, generator=torch.Generator().manual_seed(7))[:40, ::2].to(DEV)  # strided rows
+    order, counts, xs = group_tokens(wide, N, x)
     ref_order, ref_counts = group_tokens_reference(k, N)
     assert torch.equal(order.long().cpu(), ref_order.cpu()) and torch.equal(counts.long().cpu(), ref_counts.cpu())
+    assert torch.equal(xs, x[ref_order])
 
 
 # ---------------------------------------------------------------- forward variants
@@ -198,7 +203,7 @@ def test_autotuning_runs_once_per_shape_on_the_full_width_workload(monkeypatch):
 
     calls = []
 
-    def record(x, order, counts, *args):
+    def record(x, order, counts, *args):  # x, order, counts, w_up, b1, w_down, width, activation, xs, y
         calls.append((order.clone(), counts.clone()))
 
     monkeypatch.setattr(kt, "INTERPRET", False)

@@ -6,16 +6,17 @@ Layout and semantics as in :mod:`bench.kernels.acm_torch` (same signature as its
 
 How it runs (no host synchronisation anywhere on this path once a shape has been tuned):
 
-1. Grouping, on device, by a counting sort (``_group_kernel``, one program): pass 1 builds the histogram
-   ``counts[j]`` = number of tokens with k = j (k clamped to [0, N] in the kernel); the group starts are
-   its exclusive prefix sum in descending-k order; pass 2 gives every token its position = group start +
-   rank among the earlier tokens of its group (a cumulative sum of one-hot rows), so the permutation is
-   stable and deterministic, and writes ``order[position] = token`` (int32).  No argsort, no int64 keys,
-   no ``bincount`` (which reads ``max(k)`` back to the host on CUDA).  Sorted position p holds token
-   ``order[p]``; group k = N comes first, k = 0 last.
-2. X gathered once into sorted order (``gather_x=True``, the default): one ``index_select`` writes the
-   rows contiguously in group order, so kernel 1 reads compact row tiles; ``gather_x=False`` gathers the
-   rows through ``order`` inside kernel 1's loads instead (every hidden tile then re-gathers its rows).
+1. Grouping, on device, by a counting sort (:func:`group_tokens`): one program per 128 tokens writes its
+   block's histogram of k (clamped to [0, N] in the kernel); ``torch.cumsum`` over the blocks gives every
+   block the number of earlier tokens of each k and the totals ``counts[j]`` = number of tokens with
+   k = j; a second kernel gives every token its position = start of its group (groups in descending k)
+   + earlier tokens of its k in earlier blocks + its rank within its block (a cumulative sum of one-hot
+   rows), and writes ``order[position] = token`` (int32).  Stable and deterministic; no argsort, no int64
+   keys, no ``bincount`` (which reads ``max(k)`` back to the host on CUDA).  Sorted position p holds
+   token ``order[p]``; group k = N comes first, k = 0 last.
+2. X gathered once into sorted order (``gather_x=True``, the default): the position kernel also copies
+   each token's row of X to its sorted position, so kernel 1 reads compact row tiles; ``gather_x=False``
+   gathers the rows through ``order`` inside kernel 1's loads instead (every hidden tile re-gathers).
 3. Row tiles never mix groups.  Each group is split into ``ceil(count/BLOCK_M)`` row tiles of its own (the
    last one partial, masked); tile starts are NOT padded in memory (rows stay compact), only in tile
    numbering.  A program finds its tile's group by scanning the N + 1 counts (N is a compile-time
@@ -78,57 +79,91 @@ _ACT_CODES = {"none": 0, "relu": 1, "gelu": 2}
 # Interpreter / fallback launch configuration (tile sizes ≥ 16 so it compiles for a GPU too).
 _INTERP_UP = {"BLOCK_M": 16, "BLOCK_H": 16, "BLOCK_K": 16}
 _INTERP_DOWN = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
-_GROUP_BLOCK = 1024  # tokens per step of the counting sort
-
-
-# ---------------------------------------------------------------- grouping (counting sort)
+_GROUP_BLOCK = 128  # tokens per program of the counting sort
+_GATHER_BLOCK_D = 64  # columns per step of the fused X gather
 
 
 @triton.jit
-def _group_kernel(k_ptr, order_ptr, counts_ptr, T, stride_k,
-                  N_LEARNERS: tl.constexpr, BINS: tl.constexpr, BLOCK: tl.constexpr):
-    """One program: counts[j] = #tokens with k = j; order[start_j + rank] = token, groups in descending k.
+def _clamped_k(k_ptr, offs, T, stride_k, N_LEARNERS: tl.constexpr):
+    """k of tokens ``offs`` clamped to [0, N]; -1 for offsets beyond T."""
+    valid = offs < T
+    kv = tl.load(k_ptr + offs * stride_k, mask=valid, other=0).to(tl.int32)
+    kv = tl.minimum(tl.maximum(kv, 0), N_LEARNERS)
+    return tl.where(valid, kv, -1)
 
-    k is clamped to [0, N]; the permutation is stable (ties keep token order)."""
+
+@triton.jit
+def _block_hist_kernel(k_ptr, hist_ptr, T, stride_k,
+                       N_LEARNERS: tl.constexpr, BINS: tl.constexpr, BLOCK: tl.constexpr):
+    """hist[b, j] = number of tokens with k = j among tokens [b·BLOCK, (b+1)·BLOCK)."""
+    pid = tl.program_id(0)
     bins = tl.arange(0, BINS)
-    hist = tl.zeros([BINS], dtype=tl.int32)
-    for start in range(0, T, BLOCK):  # pass 1: histogram
-        offs = start + tl.arange(0, BLOCK)
-        valid = offs < T
-        kv = tl.load(k_ptr + offs * stride_k, mask=valid, other=0).to(tl.int32)
-        kv = tl.minimum(tl.maximum(kv, 0), N_LEARNERS)
-        kv = tl.where(valid, kv, -1)
-        onehot = (kv[:, None] == bins[None, :]).to(tl.int32)
-        hist += tl.sum(onehot, axis=0)
-    tl.store(counts_ptr + bins, hist, mask=bins <= N_LEARNERS)
-    # group j starts after every group of larger k: start_j = Σ_{j' > j} hist[j'] = total − Σ_{j' ≤ j} hist
-    group_start = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0)
-    seen = tl.zeros([BINS], dtype=tl.int32)  # tokens of each group placed by earlier blocks
-    for start in range(0, T, BLOCK):  # pass 2: positions
-        offs = start + tl.arange(0, BLOCK)
-        valid = offs < T
-        kv = tl.load(k_ptr + offs * stride_k, mask=valid, other=0).to(tl.int32)
-        kv = tl.minimum(tl.maximum(kv, 0), N_LEARNERS)
-        kv = tl.where(valid, kv, -1)
-        onehot = (kv[:, None] == bins[None, :]).to(tl.int32)
-        rank = tl.cumsum(onehot, axis=0) - 1  # rank within this block among tokens of the same k
-        pos = tl.sum(onehot * (rank + (group_start + seen)[None, :]), axis=1)
-        tl.store(order_ptr + pos, offs, mask=valid)
-        seen += tl.sum(onehot, axis=0)
+    kv = _clamped_k(k_ptr, pid * BLOCK + tl.arange(0, BLOCK), T, stride_k, N_LEARNERS)
+    onehot = (kv[:, None] == bins[None, :]).to(tl.int32)
+    tl.store(hist_ptr + pid * BINS + bins, tl.sum(onehot, axis=0))
 
 
-def group_tokens(k: Tensor, n_learners: int) -> tuple[Tensor, Tensor]:
-    """(order int32 [T], counts int32 [N + 1]) on k's device by the counting-sort kernel, no host sync:
-    ``order`` = stable permutation of the tokens by descending k (clamped to [0, N]), ``counts[j]`` =
-    number of tokens with k = j."""
+@triton.jit
+def _block_scatter_kernel(k_ptr, hist_ptr, cum_ptr, order_ptr, counts_ptr, x_ptr, xs_ptr,
+                          T, D, N_BLOCKS, stride_k, stride_xm, stride_xk, stride_sm, stride_sk,
+                          N_LEARNERS: tl.constexpr, BINS: tl.constexpr, BLOCK: tl.constexpr,
+                          GATHER: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Sorted position of every token of block b, ``order[position] = token``; with ``GATHER`` also
+    ``xs[position] = x[token]`` (X gathered once, in the same pass).  ``cum`` = inclusive prefix sums of the
+    block histograms over blocks: group j starts at Σ_{j' > j} total[j'] (descending k), and the tokens of
+    block b with k = j follow the cum[b−1, j] earlier ones."""
+    pid = tl.program_id(0)
+    bins = tl.arange(0, BINS)
+    total = tl.load(cum_ptr + (N_BLOCKS - 1) * BINS + bins)
+    before = tl.load(cum_ptr + pid * BINS + bins) - tl.load(hist_ptr + pid * BINS + bins)
+    group_start = tl.sum(total, axis=0) - tl.cumsum(total, axis=0)
+    if pid == 0:
+        tl.store(counts_ptr + bins, total, mask=bins <= N_LEARNERS)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    valid = offs < T
+    kv = _clamped_k(k_ptr, offs, T, stride_k, N_LEARNERS)
+    onehot = (kv[:, None] == bins[None, :]).to(tl.int32)
+    rank = tl.cumsum(onehot, axis=0) - 1  # rank among this block's tokens of the same k
+    pos = tl.sum(onehot * (rank + (group_start + before)[None, :]), axis=1)
+    tl.store(order_ptr + pos, offs, mask=valid)
+    if GATHER:
+        src = offs.to(tl.int64)
+        dst = pos.to(tl.int64)
+        for d0 in range(0, D, BLOCK_D):
+            cols = d0 + tl.arange(0, BLOCK_D)
+            m = valid[:, None] & (cols < D)[None, :]
+            rows = tl.load(x_ptr + src[:, None] * stride_xm + cols[None, :] * stride_xk, mask=m)
+            tl.store(xs_ptr + dst[:, None] * stride_sm + cols[None, :] * stride_sk, rows, mask=m)
+
+
+def group_tokens(k: Tensor, n_learners: int, x: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Counting sort on device, no host sync: (order int32 [T], counts int32 [N + 1], xs or None).
+
+    ``order`` = stable permutation of the tokens by descending k (clamped to [0, N]); ``counts[j]`` =
+    number of tokens with k = j; with ``x`` [T, d], ``xs`` = x's rows in sorted order (gathered in the same
+    pass).  Three launches: per-block histograms (one program per 128 tokens), their prefix sums over blocks
+    (``torch.cumsum`` on a [blocks, bins] int32 table), positions and the scatter."""
     T = k.shape[0]
     order = torch.empty(T, dtype=torch.int32, device=k.device)
     counts = torch.empty(n_learners + 1, dtype=torch.int32, device=k.device)
+    xs = None if x is None else torch.empty((T, x.shape[1]), dtype=x.dtype, device=x.device)
     if T == 0:
-        return order, counts.zero_()
-    _group_kernel[(1,)](k, order, counts, T, k.stride(0), N_LEARNERS=n_learners,
-                        BINS=triton.next_power_of_2(n_learners + 1), BLOCK=_GROUP_BLOCK)
-    return order, counts
+        return order, counts.zero_(), xs
+    bins = triton.next_power_of_2(n_learners + 1)
+    n_blocks = triton.cdiv(T, _GROUP_BLOCK)
+    hist = torch.empty((n_blocks, bins), dtype=torch.int32, device=k.device)
+    _block_hist_kernel[(n_blocks,)](k, hist, T, k.stride(0), N_LEARNERS=n_learners, BINS=bins,
+                                    BLOCK=_GROUP_BLOCK)
+    cum = torch.cumsum(hist, dim=0, dtype=torch.int32)
+    gather = x is not None
+    x_arg = x if gather else k  # dummy pointers when not gathering, never read
+    xs_arg = xs if gather else k
+    _block_scatter_kernel[(n_blocks,)](
+        k, hist, cum, order, counts, x_arg, xs_arg, T, x.shape[1] if gather else 0, n_blocks, k.stride(0),
+        x.stride(0) if gather else 0, x.stride(1) if gather else 0,
+        xs.stride(0) if gather else 0, xs.stride(1) if gather else 0,
+        N_LEARNERS=n_learners, BINS=bins, BLOCK=_GROUP_BLOCK, GATHER=gather, BLOCK_D=_GATHER_BLOCK_D)
+    return order, counts, xs
 
 
 def group_tokens_reference(k: Tensor, n_learners: int) -> tuple[Tensor, Tensor]:
@@ -294,8 +329,9 @@ def prepare_weights(w1: Tensor, b1: Tensor | None, w2: Tensor, dtype: torch.dtyp
 
 
 def _launch(x: Tensor, order: Tensor, counts: Tensor, w_up: Tensor, b1: Tensor | None, w_down: Tensor,
-            width: int, activation: str, gather_x: bool, y: Tensor) -> None:
-    """Run kernels 1 and 2 for a grouping (order, counts); writes y."""
+            width: int, activation: str, xs: Tensor | None, y: Tensor) -> None:
+    """Run kernels 1 and 2 for a grouping (order, counts); writes y.  ``xs``: x's rows already in sorted
+    order (kernel 1 reads them as they are), or None (kernel 1 gathers rows of x through ``order``)."""
     T, d = x.shape
     hid = w_up.shape[1]
     n_learners = hid // width
@@ -303,7 +339,8 @@ def _launch(x: Tensor, order: Tensor, counts: Tensor, w_up: Tensor, b1: Tensor |
     upcast = INTERPRET and x.dtype == torch.bfloat16
     precision = "tf32" if (x.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32) else "ieee"
     b1_arg = b1 if b1 is not None else w_up  # dummy pointer, never read
-    xs = x.index_select(0, order) if gather_x else x  # one gather into sorted order
+    gather_x = xs is not None
+    xs = xs if gather_x else x
 
     def up_grid(meta):
         return (triton.cdiv(T, meta["BLOCK_M"]) + n_learners, triton.cdiv(hid, meta["BLOCK_H"]))
@@ -349,10 +386,10 @@ def _ensure_tuned(x: Tensor, w_up: Tensor, b1: Tensor | None, w_down: Tensor, wi
         raise RuntimeError("acm_triton: this shape was never run before CUDA-graph capture; call it once "
                            "outside the capture first (autotuning synchronizes the device)")
     T, n_learners = x.shape[0], w_up.shape[1] // width
-    order = torch.arange(T, dtype=torch.int32, device=x.device)
+    order = torch.arange(T, dtype=torch.int32, device=x.device)  # every token at k = N: identity order
     counts = torch.zeros(n_learners + 1, dtype=torch.int32, device=x.device)
     counts[n_learners] = T
-    _launch(x, order, counts, w_up, b1, w_down, width, activation, gather_x, torch.empty_like(x))
+    _launch(x, order, counts, w_up, b1, w_down, width, activation, x if gather_x else None, torch.empty_like(x))
     _TUNED.add(key)
 
 
@@ -384,8 +421,8 @@ def acm_triton_forward(x: Tensor, k: Tensor, w_up: Tensor, b1: Tensor | None, w_
     if x.shape[0] == 0:
         return y
     _ensure_tuned(x, w_up, b1, w_down, width, activation, gather_x)
-    order, counts = group_tokens(k, n_learners)
-    _launch(x, order, counts, w_up, b1, w_down, width, activation, gather_x, y)
+    order, counts, xs = group_tokens(k, n_learners, x if gather_x else None)
+    _launch(x, order, counts, w_up, b1, w_down, width, activation, xs, y)
     return y
 
 
