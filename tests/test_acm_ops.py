@@ -149,8 +149,8 @@ def test_model_counter_equals_the_decision_log(path, monkeypatch):
         with torch.no_grad():  # spread the gate logits so that every k occurs
             acm.gate.out.bias.normal_(std=1.0)
             acm.gate.out.weight.mul_(4.0)
-    model.eval()
-    x = inputs(2)
+    model = model.eval().to(DEV)
+    x = inputs(2).to(DEV)
     with torch.inference_mode():
         report = cost.count(model, x)
         per_sample = M.sample_macs(model)
