@@ -218,3 +218,18 @@ def test_autotuning_runs_once_per_shape_on_the_full_width_workload(monkeypatch):
     assert counts.tolist() == [0] * N + [21] and torch.equal(order.long().cpu(), torch.arange(21))
     kt._ensure_tuned(tokens(22), w1.t(), b1, w2.t(), W, "gelu", True)  # a new T is a new shape
     assert len(calls) == 2
+
+
+def test_benchmark_triton_callable_runs_on_weights_laid_out_once():
+    """``bench kernels`` times acm_triton on weights prepared once; the nn.Linear weights it is passed are
+    ignored (so no per-call layout work), in both gather modes."""
+    from bench.kernels import bench as kernel_bench
+
+    k = random_k(30, N, 0.5, torch.Generator().manual_seed(12)).to(DEV)
+    x = tokens(30)
+    w1, b1, w2 = layer()
+    ref = acm_reference_fp64(x.cpu(), k.cpu(), w1.cpu(), b1.cpu(), w2.cpu(), W)
+    for gather in ("once", "in_load"):
+        fn = kernel_bench._acm_fn("acm_triton", prepare_weights(w1, b1, w2), gather)
+        out = fn(x, k, None, None, None, W, "gelu")
+        torch.testing.assert_close(out.cpu().double(), ref, atol=1e-4, rtol=1e-4)
