@@ -233,3 +233,15 @@ def test_benchmark_triton_callable_runs_on_weights_laid_out_once():
         fn = kernel_bench._acm_fn("acm_triton", prepare_weights(w1, b1, w2), gather)
         out = fn(x, k, None, None, None, W, "gelu")
         torch.testing.assert_close(out.cpu().double(), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_importing_the_cost_counter_registers_the_operator_formulas():
+    """FlopCounterMode copies the formula table when it is built: the formulas must be registered by
+    importing bench.cost, not lazily at the operator's first call (which may happen inside counting)."""
+    import subprocess
+    import sys
+
+    code = ("import torch\nfrom torch.utils.flop_counter import flop_registry\nimport bench.cost\n"
+            "assert torch.ops.bench.acm_triton in flop_registry and torch.ops.bench.acm_sorted in flop_registry\n")
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
