@@ -218,3 +218,7 @@ def test_tiny_run_writes_wer_row_with_cer_and_texts(tmp_path):
     samples = results.load_samples(tmp_path / "results", "commonvoice", "dense", row["run_id"])
     assert {"target", "prediction", "score", "cer", "macs"} <= set(samples.columns)
     assert all(isinstance(t, str) and t for t in samples["target"])
+    from tasks.commonvoice.figures import draw
+
+    figure = draw(tmp_path / "results", tmp_path / "reports")
+    assert figure.name == "commonvoice_wer_cer.png" and figure.stat().st_size > 1000

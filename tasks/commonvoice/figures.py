@@ -27,6 +27,7 @@ def draw(results_dir: Path, reports_dir: Path) -> Path:
     import matplotlib.pyplot as plt
 
     from bench import results
+    from bench.report import latest_rows
     from bench.report_plots import method_color, save_figure
 
     rows = results.load(results_dir)
@@ -34,7 +35,7 @@ def draw(results_dir: Path, reports_dir: Path) -> Path:
     if rows.empty:
         raise SystemExit(f"no commonvoice rows under {results_dir}")
     dataset = rows["dataset"].value_counts().index[0]
-    rows = rows[rows["dataset"] == dataset].sort_values("timestamp").drop_duplicates("run_id", keep="last")
+    rows = latest_rows(rows[rows["dataset"] == dataset])  # the newest row per method/variant/knob/seed
     rows["cer"] = rows["extra_metrics"].map(_cer)
     rows["cost"] = rows["cost_pct_dense"]
     rows["variant"] = rows["variant"].fillna("").astype(str)
