@@ -1,5 +1,5 @@
 """Figure of the speech task: WER and CER against cost (% of the dense base model), one line per method
-(and ACM variant), the mean over seeds with each seed's points drawn faintly.
+(and ACM variant) and seed (solid: seed 0, dotted: others; the dense base as a thin horizontal line).
 
     python -m tasks.commonvoice.figures [results_dir] [reports_dir]
 
@@ -44,18 +44,20 @@ def draw(results_dir: Path, reports_dir: Path) -> Path:
         for (method, variant), group in rows.groupby(["method", "variant"], sort=True):
             color = method_color(method)
             name = method if method != "acm" else f"acm ({variant.split(';')[1]})" if ";" in variant else method
-            for _, seed_rows in group.groupby("seed"):
-                ax.scatter(seed_rows["cost"], seed_rows[metric], color=color, alpha=0.35, s=14)
-            mean = group.groupby("knob_value").agg(cost=("cost", "mean"), value=(metric, "mean")).sort_values("cost")
-            ax.plot(mean["cost"], mean["value"], "-", marker="s" if method == "dense" else "o", color=color,
-                    label=f"{name} ({group['seed'].nunique()} seeds)")
-            if method == "dense" and (mean["cost"] - 100).abs().min() < 1e-6:
-                ax.axhline(float(mean.loc[(mean["cost"] - 100).abs().idxmin(), "value"]), color=color, ls="--",
-                           lw=0.8)
+            for seed, seed_rows in group.groupby("seed"):
+                line = seed_rows.sort_values("cost")
+                ax.plot(line["cost"], line[metric], "-" if seed == 0 else ":",
+                        marker="s" if method == "dense" else "o", color=color, ms=5,
+                        label=f"{name}, seed {seed}")
+                if method == "dense":
+                    base = line[line["knob_value"] == "w1-d1"]
+                    if len(base):
+                        ax.axhline(float(base[metric].iloc[0]), color=color, ls="-" if seed == 0 else ":",
+                                   lw=0.6, alpha=0.6)
         ax.set_xlabel("cost, % of dense MACs per clip")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=7)
     fig.suptitle(f"commonvoice: {dataset[:110]}", fontsize=8)
     out = Path(reports_dir) / "commonvoice_wer_cer.png"
     save_figure(fig, out)
