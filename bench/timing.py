@@ -32,11 +32,13 @@ def time_call(fn: Callable[[], object], *, threads: int, min_run_time: float) ->
 
 @torch.inference_mode()
 def measure(model: torch.nn.Module, example: Callable[[int], torch.Tensor], *, batch: int, threads: int,
-            min_run_time: float) -> Timing:
-    """Latency of one sample and throughput at ``batch`` samples per call."""
+            min_run_time: float, forward: Callable[[torch.Tensor], object] | None = None) -> Timing:
+    """Latency of one sample and throughput at ``batch`` samples per call.  ``forward`` is the evaluation
+    forward (``Task.infer``; default ``model(x)``)."""
     model.eval()
+    run = forward or model
     one, many = example(1), example(batch)
-    model(one)  # warm-up (lazy init, allocator)
-    lat, lat_iqr = time_call(lambda: model(one), threads=threads, min_run_time=min_run_time)
-    big, _ = time_call(lambda: model(many), threads=threads, min_run_time=min_run_time)
+    run(one)  # warm-up (lazy init, allocator)
+    lat, lat_iqr = time_call(lambda: run(one), threads=threads, min_run_time=min_run_time)
+    big, _ = time_call(lambda: run(many), threads=threads, min_run_time=min_run_time)
     return Timing(lat * 1e3, lat_iqr * 1e3, many.shape[0] / big, int(many.shape[0]))

@@ -17,7 +17,8 @@ class ActConfig:
 def _support(task, task_cfg):
     if set(task.backbones(task_cfg)) & {"rnn", "encoder"}:
         return None
-    return "ACT needs a recurrent cell or an encoder whose shared block can be pondered"
+    return ("ACT needs a recurrent cell or an encoder whose shared block can be pondered (not implemented for "
+            "an encoder-decoder's decoding steps)")
 
 
 SPEC = register_method(MethodSpec(
