@@ -24,10 +24,10 @@ class DATConfig:
                                          "first); the rest trains with the exit loss")
     lr: float = param(1e-3, min=0.0, help="peak learning rate of both stages (cosine; task warm-up capped at 10%)")
     total_steps: int = param(0, min=0, help="training steps on top of the base model (0 = the task's method_steps)")
-    thresholds: list = param([0.2, 0.4, 0.6, 0.8, 0.9], min=0.0, max=1.0,
+    thresholds: list = param([0.2, 0.4, 0.6, 0.8], min=0.0, max=1.0,
                              help="eval-time knob τ (geometric/confidence; the same τ at every block): one "
                                   "decode per value on the one trained model")
-    fixed_exits: list = param([1, 2, 3, 4, 5, 6], min=1,
+    fixed_exits: list = param([1, 2, 3, 6], min=1,
                               help="also evaluate the aligned model with every token exiting at these blocks "
                                    "(values above N are dropped; [] = none)")
 
