@@ -118,3 +118,34 @@ def test_missing_configured_dataset_one_line_nothing_written(tmp_path, args, nee
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], result.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_run_writes_rows_with_decoding_columns_and_figures(tmp_path):
+    """The whole runner path on translation: decoding in evaluation, counting and timing; strings in the
+    samples table; the task's figures from the rows."""
+    from bench import results
+    from tasks.iwslt.figures import translation_figures
+    from tests.helpers import compose_tiny
+
+    cfg = compose_tiny("dat", "iwslt", tmp_path, "timing=true", "timing_rounds=1", "timing_batch=4",
+                       "dat.thresholds=[0.5,0.9]")
+    written = runner.run(cfg, "dat", "iwslt", command="test")
+    assert len(written) == 3  # two thresholds + fixed exit 1
+    rows = results.load(tmp_path / "results")
+    assert set(rows["knob_value"]) == {"0.5", "0.9", "exit1"}
+    assert (rows["cost_check"] == "agree").all()
+    assert rows["metric_signature"].str.contains("nrefs:1|case:mixed|eff:no|tok:13a", regex=False).all()
+    assert (rows["latency_b1_ratio"] > 0).all()
+    row = rows.iloc[0]
+    samples = results.load_samples(tmp_path / "results", "iwslt", "dat", row["run_id"])
+    assert len(samples) == 12
+    for column in ("source", "target", "prediction", "macs", "decoder_macs", "decoder_macs_per_token",
+                   "out_tokens", "avg_exit", "exit_p0"):
+        assert column in samples, column
+    assert samples["target"].map(type).eq(str).all()
+    assert (samples["decoder_macs"] < samples["macs"]).all()
+    assert samples["macs"].mean() == pytest.approx(row["macs_mean"])
+    paths = translation_figures(rows, tmp_path / "results", tmp_path / "reports")
+    names = {p.name for p in paths}
+    assert {"iwslt_bleu_depth.png", "iwslt_bleu_depth.csv", "iwslt_dat_exits.png"} <= names
+    assert all(p.exists() and p.stat().st_size > 0 for p in paths)
