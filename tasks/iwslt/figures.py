@@ -122,7 +122,8 @@ def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path
     if not exits.empty:
         values = [v for v in exits["knob_value"].unique() if not v.startswith("exit")]
         if values:
-            fig, axes = plt.subplots(1, len(values), figsize=(4.2 * len(values), 3.8), squeeze=False)
+            fig, axes = plt.subplots(1, len(values), figsize=(4.2 * len(values) + 1, 3.8), squeeze=False,
+                                     constrained_layout=True)
             for ax, value in zip(axes[0], sorted(values, key=float)):
                 part = exits[exits["knob_value"] == value]
                 positions = int(min(part["position"].max(), 25))
@@ -134,7 +135,8 @@ def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path
                 grid = grid / np.maximum(grid.sum(axis=0, keepdims=True), 1)
                 im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=1,
                                extent=(0.5, positions + 0.5, 0.5, blocks + 0.5))
-                ax.set(title=f"τ = {value}", xlabel="output token position", ylabel="exit block")
+                ax.set(title=f"τ = {value}", xlabel="output token position", ylabel="exit block",
+                       yticks=range(1, blocks + 1))
             fig.colorbar(im, ax=axes[0].tolist(), label="share of tokens at the position")
             fig.suptitle(f"{task} — dat: exit depth by token position (final hypotheses, seeds pooled)", fontsize=10)
             path = reports_dir / f"{task}_dat_exits.png"
