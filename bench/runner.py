@@ -96,11 +96,15 @@ def counted_macs(method: Method, model: torch.nn.Module, task: Task, *, batches:
 
 
 def dense_reference_macs(task: Task, *, batches: int, device: str) -> float:
-    """Mean MACs per sample of the task's dense reference model, from the counter."""
+    """Mean MACs per sample of the task's dense reference model, from the counter: on the first ``batches``
+    evaluation batches, or on all of them for a model whose cost depends on its inputs' content
+    (``input_dependent_cost``, e.g. a decoder whose cost depends on what it generates)."""
     model = task.reference_model().to(device).eval()
+    if getattr(model, "input_dependent_cost", False):
+        batches = 0
     total, samples = 0, 0
     for i, batch in enumerate(task.eval_batches()):
-        if i >= batches:
+        if batches and i >= batches:
             break
         total += cost.count(lambda x: task.infer(model, x), batch.to(device).x).macs
         samples += len(batch)

@@ -145,6 +145,13 @@ def test_run_writes_rows_with_decoding_columns_and_figures(tmp_path):
     assert samples["target"].map(type).eq(str).all()
     assert (samples["decoder_macs"] < samples["macs"]).all()
     assert samples["macs"].mean() == pytest.approx(row["macs_mean"])
+    # the dense reference is counted on every evaluation sentence: the dense base itself is at 100%
+    dense_cfg = compose_tiny("dense", "iwslt", tmp_path, "timing=false")
+    runner.run(dense_cfg, "dense", "iwslt", command="test")
+    rows = results.load(tmp_path / "results")
+    dense = rows[rows["method"] == "dense"].iloc[0]
+    assert dense["cost_pct_dense"] == pytest.approx(100.0, rel=1e-9)
+    assert dense["macs_dense"] == pytest.approx(dense["macs_mean"], rel=1e-9)
     paths = translation_figures(rows, tmp_path / "results", tmp_path / "reports")
     names = {p.name for p in paths}
     assert {"iwslt_bleu_depth.png", "iwslt_bleu_depth.csv", "iwslt_dat_exits.png"} <= names

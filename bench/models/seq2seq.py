@@ -202,6 +202,10 @@ class DecodeState:
 class EncoderDecoder(nn.Module):
     """Encoder–decoder transformer: ``model(x)`` teacher-forced logits; ``generate`` decodes."""
 
+    # Decoding cost depends on the output lengths: the runner counts the dense reference on every
+    # evaluation batch (not a few), so a row's cost as % of dense compares the same sentences.
+    input_dependent_cost = True
+
     def __init__(self, cfg: Seq2SeqConfig, dec_layers: int | None = None):
         super().__init__()
         self.cfg = cfg
