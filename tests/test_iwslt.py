@@ -156,3 +156,19 @@ def test_run_writes_rows_with_decoding_columns_and_figures(tmp_path):
     names = {p.name for p in paths}
     assert {"iwslt_bleu_depth.png", "iwslt_bleu_depth.csv", "iwslt_dat_exits.png"} <= names
     assert all(p.exists() and p.stat().st_size > 0 for p in paths)
+
+
+def test_train_time_counts_each_stage_once(tmp_path):
+    """The dense base loaded again (reference cost, timing) does not add its training time again."""
+    from tests.helpers import compose_tiny
+
+    cfg = compose_tiny("dense", "iwslt", tmp_path, "timing=true", "timing_rounds=1", "timing_batch=2",
+                       "iwslt.eval_samples=4")
+    run, task, method = runner.build(cfg, "dense", "iwslt")
+    model = method.build()
+    first = run.train_time_s
+    assert first > 0
+    task.reference_model()
+    run.base_model(task)
+    assert run.train_time_s == first
+    del model
