@@ -101,23 +101,30 @@ def test_hf_missing_columns_and_splits_are_one_line_errors(tmp_path):
         _task(tmp_path, "iwslt.source=hf", f"iwslt.data_dir={folder}", "iwslt.eval_split=validation")
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["task=wmt"], "wmt.source=hf needs wmt.data_dir"),
-    (["task=iwslt", "iwslt.source=hf", "iwslt.data_dir=/nonexistent/iwslt"], "iwslt.data_dir=/nonexistent/iwslt: no such"),
-    (["task=iwslt", "iwslt.source=hf", "iwslt.hf_name=nobody/no-such-corpus"], "not in the local HF cache"),
-])
-def test_missing_configured_dataset_one_line_nothing_written(tmp_path, args, needle):
+def test_missing_configured_dataset_one_line_nothing_written(tmp_path):
+    """Through the CLI: exit code 2, one line naming the key and what to do, nothing written."""
     import os
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
            "HF_HOME": str(tmp_path / "hf")}
-    result = subprocess.run([sys.executable, "-m", "bench", "run", "method=dense", *args,
+    result = subprocess.run([sys.executable, "-m", "bench", "run", "method=dense", "task=wmt",
                              f"results_dir={tmp_path / 'results'}", f"cache_dir={tmp_path / 'cache'}"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and needle in lines[0], result.stderr
+    assert len(lines) == 1 and "wmt.source=hf needs wmt.data_dir" in lines[0], result.stderr
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    (("iwslt.data_dir=/nonexistent/iwslt",), "iwslt.data_dir=/nonexistent/iwslt: no such"),
+    (("iwslt.hf_name=nobody/no-such-corpus",), "not in the local HF cache"),
+])
+def test_missing_hf_data_is_a_user_error(tmp_path, monkeypatch, overrides, needle):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(UserError, match=needle) as err:
+        _task(tmp_path, "iwslt.source=hf", *overrides)
+    assert "\n" not in str(err.value)
 
 
 def test_run_writes_rows_with_decoding_columns_and_figures(tmp_path):
