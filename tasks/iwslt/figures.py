@@ -127,7 +127,7 @@ def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path
             for ax, value in zip(axes[0], sorted(values, key=float)):
                 part = exits[exits["knob_value"] == value]
                 positions = int(min(part["position"].max(), 25))
-                blocks = int(part["exit"].max())
+                blocks = int(exits["exit"].max())  # the same block axis in every panel
                 grid = np.zeros((blocks, positions))
                 for rec in part.itertuples(index=False):
                     if rec.position <= positions:
