@@ -251,3 +251,56 @@ def test_dat_lazy_source_kv_and_fixed_exit_one():
         model.generate(src, beam=2)
     assert model.log.kv_computed[0].all() and not model.log.kv_computed[1:].any()
     assert all(int(e.max()) == 1 for e in model.log.exits)
+
+
+def test_oracles_lowest_block_on_ties_lambda_and_rbf():
+    from methods.dat.method import oracle, rbf_smooth
+
+    y = torch.tensor([[5, 6, 7]])
+    valid = torch.ones_like(y, dtype=torch.bool)
+
+    def logits_with(correct):  # one-hot logits: classifier predicts y where correct, else token 0
+        out = torch.zeros(1, 3, 10)
+        for t, ok in enumerate(correct):
+            out[0, t, int(y[0, t]) if ok else 0] = 5.0
+        return out
+
+    # block 1 wrong at t=0, right at t=1; blocks 2, 3 right everywhere; nobody right at t=2
+    logits = [logits_with([0, 1, 0]), logits_with([1, 1, 0]), logits_with([1, 1, 0])]
+    target = oracle(logits, y, valid, kind="correctness", lam=0.1, sigma=0.0)
+    assert target.tolist() == [[1, 0, 0]]  # lowest correct block; none correct -> the penalty picks block 1
+    # a larger lambda prefers lower blocks even when they are wrong
+    assert oracle(logits, y, valid, kind="correctness", lam=2.0, sigma=0.0).tolist() == [[0, 0, 0]]
+    # likelihood oracle: the most likely block minus lambda·n
+    assert oracle(logits, y, valid, kind="likelihood", lam=0.0, sigma=0.0).tolist()[0][:2] == [1, 0]
+    # RBF smoothing mixes neighbouring steps; sigma -> 0 leaves scores unchanged; invalid steps are ignored
+    scores = torch.tensor([[[1.0], [0.0], [0.0]]], dtype=torch.float64)
+    smooth = rbf_smooth(scores, valid, 1.0)
+    assert smooth[0, 1, 0] == pytest.approx(torch.exp(torch.tensor(-0.5)).item())
+    masked = rbf_smooth(scores, torch.tensor([[False, True, True]]), 1.0)
+    assert float(masked.abs().sum()) == 0.0
+    # sequence-level oracle: one exit per sentence
+    assert oracle(logits, y, valid, kind="correctness", lam=0.1, sigma=0.0, sequence=True).tolist() == [[1]]
+
+
+@pytest.mark.parametrize("halting,oracle_kind", [("multinomial", "likelihood"), ("sequence", "correctness"),
+                                                 ("confidence", "correctness")])
+def test_dat_trains_every_halting_variant(tmp_path, halting, oracle_kind):
+    from tests.helpers import build_tiny
+
+    task, method, model = build_tiny("dat", "iwslt", tmp_path, f"dat.halting={halting}",
+                                     f"dat.oracle={oracle_kind}", "dat.sigma=1.0")
+    assert model.halting == halting
+    plan = method.plan()
+    assert (plan["exit"] == 0) == (halting == "confidence")
+    if halting != "confidence":
+        assert any(float(p.detach().abs().sum()) > 0 for p in model.halt.parameters())  # the exit loss trained them
+    values = method.knob_values()
+    assert values[0] == (0.5 if halting == "confidence" else "argmax")
+    batch = next(iter(task.eval_batches()))
+    method.set_knob(model, values[0])
+    with torch.inference_mode():
+        out = task.infer(model, batch.x)
+    assert out.shape[0] == len(batch)
+    exits = torch.cat(model.log.exits)
+    assert int(exits.min()) >= 1 and int(exits.max()) <= model.n_blocks
