@@ -97,6 +97,24 @@ class Task:
     def loss(self, outputs: Tensor, batch: Batch) -> Tensor:
         return nn.functional.cross_entropy(outputs, batch.y)
 
+    # --- inference --------------------------------------------------------------------------
+    def infer(self, model: nn.Module, x: Tensor) -> Tensor:
+        """The evaluation forward: what evaluation, cost counting and timing execute on ``x``.
+
+        ``model(x)`` by default; a task that decodes (translation) runs its search here."""
+        return model(x)
+
+    def reference_model(self) -> nn.Module:
+        """The dense reference whose counted MACs are the row's ``macs_dense`` (default: the untrained
+        dense backbone, whose cost does not depend on its weights; tasks whose cost depends on the
+        outputs, e.g. decoding length, return the trained dense base model)."""
+        return self.build_backbone()
+
+    def extra_columns(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
+        """Per-sample columns of the last ``infer`` on ``batch`` kept beside the row (e.g. decoder MACs
+        per generated token)."""
+        return {}
+
     # --- metric -----------------------------------------------------------------------------
     def predict(self, outputs: Tensor) -> Tensor:
         return outputs.argmax(dim=-1)

@@ -21,7 +21,8 @@ def _support(task, task_cfg):
                 "token's output (e.g. CTC) are not implemented")
     if backbones & {"rnn", "encoder"}:
         return None
-    return "ACT needs a recurrent cell or an encoder whose shared block can be pondered"
+    return ("ACT needs a recurrent cell or an encoder whose shared block can be pondered (not implemented for "
+            "an encoder-decoder's decoding steps)")
 
 
 SPEC = register_method(MethodSpec(
