@@ -32,9 +32,13 @@ def _support(task, task_cfg):
     if task.name == "parity":
         return ("CCT gates transformer sublayers under a compute budget; parity is not a natural fit "
                 "(reference notes §6.6) and is not run")
-    if "encoder" in task.backbones(task_cfg):
+    if task.name == "imagenet":
         return None
-    return "CCT gates the sublayers of a transformer; this task builds none"
+    if "encoder-decoder" in task.backbones(task_cfg):
+        return ("CCT on the encoder-decoder (encoder and decoder budgets, gated cached decoding) is not "
+                "implemented yet")
+    return ("CCT is implemented for unpadded encoder inputs (image patches); this task's padded sequences "
+            "are not supported yet")
 
 
 SPEC = register_method(MethodSpec(
