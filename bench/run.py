@@ -24,8 +24,9 @@ def stable_hash(obj: Any, length: int = 12) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
-# Files of a method/task package that cannot change trained weights (drawing figures from results).
-NOT_TRAINING_CODE = {"figures.py"}
+# Files of a method/task package that cannot change trained weights (drawing figures from results, timing
+# randomly initialised models end to end).
+NOT_TRAINING_CODE = {"figures.py", "e2e.py"}
 
 
 def code_version(*objects: Any) -> str:
