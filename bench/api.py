@@ -42,6 +42,8 @@ class Batch:
 class Quality:
     value: float  # the metric, e.g. top-1 accuracy in [0, 1]
     per_sample: Tensor  # per-sample score (1/0 correctness for accuracy)
+    extra: dict[str, float] = field(default_factory=dict)  # further corpus-level metrics (e.g. CER)
+    columns: dict[str, Any] = field(default_factory=dict)  # further per-sample columns (e.g. texts)
 
 
 class Task:
@@ -102,6 +104,11 @@ class Task:
     def score(self, predictions: Tensor, targets: Tensor) -> Quality:
         correct = (predictions == targets).float()
         return Quality(float(correct.mean()), correct)
+
+    def sample_table(self, predictions: Tensor, targets: Tensor) -> dict[str, Any]:
+        """Per-sample ``target``/``prediction`` columns of the samples file (one value per sample; tasks
+        whose predictions are sequences turn them into text)."""
+        return {"target": targets.numpy(), "prediction": predictions.numpy()}
 
 
 class Method:

@@ -74,7 +74,7 @@ def evaluate(method: Method, model: torch.nn.Module, task: Task, *, limit: int, 
             columns.setdefault(key, []).append(value.detach().cpu())
     predictions, target = torch.cat(preds), torch.cat(targets)
     quality = task.score(predictions, target)
-    table = {"target": target.numpy(), "prediction": predictions.numpy(), "score": quality.per_sample.numpy()}
+    table = {**task.sample_table(predictions, target), "score": quality.per_sample.numpy(), **quality.columns}
     table.update({k: torch.cat(v).numpy() for k, v in columns.items()})
     return quality, pd.DataFrame(table)
 
@@ -177,7 +177,9 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
             method=method_name, task=task_name, dataset=task.dataset, knob_name=spec.knob,
             knob_value=str(value), knob_kind=spec.knob_kind, seed=int(cfg.seed), variant=method.variant(),
             metric=task.metric, quality=quality.value, higher_is_better=task.higher_is_better,
-            metric_signature=task.metric_signature, n_eval=len(samples), **summary, macs_dense=macs_dense,
+            metric_signature=task.metric_signature, n_eval=len(samples),
+            extra_metrics=";".join(f"{k}={v:.6g}" for k, v in quality.extra.items()),
+            **summary, macs_dense=macs_dense,
             cost_pct_dense=100.0 * summary["macs_mean"] / macs_dense, macs_counted_mean=counted,
             cost_check=cost_check, uncounted_ops=";".join(uncounted),
             latency_b1_ms=timing.latency_b1_ms, latency_b1_iqr_ms=timing.latency_b1_iqr_ms,
