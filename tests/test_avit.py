@@ -174,3 +174,12 @@ def test_calibration_sets_median_halting_score():
         for l, block in enumerate(model.encoder.blocks[:-1]):
             h = block(h, mask)
             assert float(model.scores(h).median()) == pytest.approx(0.1, abs=1e-3), l
+
+
+def test_tokens_kept_figure(tmp_path):
+    from methods.avit.figures import tokens_kept_figure
+    from tests.helpers import build_tiny
+
+    task, method, model = build_tiny("avit", "imagenet", tmp_path)
+    path = tokens_kept_figure(model, task, tmp_path / "kept.png", limit=64)
+    assert path.exists() and path.stat().st_size > 0

@@ -135,3 +135,17 @@ def test_frozen_backbone_training_leaves_the_base_model_unchanged(tmp_path: Path
         assert torch.equal(p, q), name
     assert method.knob_values()[-1] == 1.0
     assert len(model.heads) == len(base.blocks) - 1
+
+
+def test_depth_histogram_from_rows(tmp_path: Path):
+    from bench import config, runner
+    from methods.early_exit.figures import depth_histogram, exit_tables
+    from tests.helpers import compose_tiny
+
+    cfg = compose_tiny("early_exit", "imagenet", tmp_path, "timing=false")
+    runner.run(cfg, "early_exit", "imagenet", "test")
+    tables = exit_tables(tmp_path / "results", "imagenet")
+    assert sorted(tables) == [0.0, 0.5, 1.0]
+    assert set(tables[0.0]["blocks"][0].tolist()) == {0}  # threshold 0: every sample leaves at the first IC
+    path = depth_histogram(tmp_path / "results", tmp_path / "reports", "imagenet")
+    assert path.exists() and path.stat().st_size > 0
