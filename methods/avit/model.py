@@ -74,7 +74,7 @@ class AViTEncoder(nn.Module):
         enc = self.encoder
         x, mask = enc.embed(inputs)
         valid = ~mask if mask is not None else torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
-        if self.real_path and not torch.is_grad_enabled():
+        if self.real_path and not self.training:
             acc, log = self._real(x, valid)
         else:
             acc, log = self._masked(x, valid)

@@ -47,7 +47,7 @@ SPEC = register_method(MethodSpec(
                 "ensembles, max-softmax threshold (exited samples leave the batch)",
     knob="threshold",
     knob_kind="eval",
-    support=requires_backbone("encoder", "early exit puts classifier heads between transformer blocks; "
-                                         "this task's backbone has none"),
+    support=requires_backbone("encoder", "early exit puts classifier heads between transformer blocks; this task "
+                                         "configuration builds none (e.g. a recurrent cell)"),
     test_overrides=("early_exit.total_steps=12", "early_exit.thresholds=[0.0,0.5,1.0]"),
 ))
