@@ -10,7 +10,7 @@ from bench.registry import MethodSpec, register_method, requires_backbone
 
 @dataclass
 class EarlyExitConfig:
-    thresholds: list = param([0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0], min=0.0, max=1.0,
+    thresholds: list = param([0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0], min=0.0, max=1.0,
                              help="max-softmax confidence thresholds evaluated (eval-time knob, one model); a "
                                   "sample exits at the first exit with confidence > threshold; 1.0 never "
                                   "exits early (the full-depth model plus every head's cost)")

@@ -34,7 +34,7 @@ def exit_tables(results_dir: Path, task: str) -> dict[float, dict]:
 
 
 def depth_histogram(results_dir: Path, reports_dir: Path, task: str = "imagenet",
-                    thresholds: tuple[float, ...] = (0.6, 0.8, 0.9, 0.95, 0.99)) -> Path:
+                    thresholds: tuple[float, ...] = (0.7, 0.9, 0.98, 0.995, 0.999)) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
