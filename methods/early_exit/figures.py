@@ -52,7 +52,7 @@ def depth_histogram(results_dir: Path, reports_dir: Path, task: str = "imagenet"
         entry = tables[t]
         blocks = np.concatenate(entry["blocks"])
         share = np.bincount(blocks, minlength=n_blocks) / len(blocks)
-        labels = [f"{b + 1}" for b in range(n_blocks - 1)] + ["final"]
+        labels = [f"{b + 1}" for b in range(n_blocks - 1)] + [f"{n_blocks}+head"]
         ax.bar(range(n_blocks), share, color="#4c72b0")
         ax.set_xticks(range(n_blocks), labels)
         ax.set_xlabel("exit after block")
