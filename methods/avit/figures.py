@@ -7,7 +7,8 @@ runs it on the real path over up to ``limit`` test images and writes
 
 - top row: for every block l, the share of test images in which each patch token is still active when
   block l runs (block 1 = all tokens), with the class token's share and the mean share in the title;
-- bottom rows: 8 test images, each beside its per-patch depth map (blocks each patch ran before halting).
+- bottom rows: test images (two per row, as many as fit), each beside its per-patch depth map (blocks each
+  patch ran before halting; black = 1 block, the colour bar gives the rest).
 
 Token sequences that are not a square grid of patches get per-position bar charts instead.
 """
@@ -101,8 +102,10 @@ def tokens_kept_figure(model, task, path: Path, limit: int = 10000, n_images: in
             continue
         img_ax.imshow(_display(x[j]), cmap="gray")
         img_ax.set_title(f"y={int(y[j])}", fontsize=8)
-        map_ax.imshow(grid, vmin=1, vmax=n_layers, cmap="magma")
+        shown = map_ax.imshow(grid, vmin=1, vmax=n_layers, cmap="magma")
         map_ax.set_title(f"depth (cls {int(depth[j, 0])})", fontsize=8)
+        if col + 2 >= cols:
+            fig.colorbar(shown, ax=map_ax, fraction=0.046, label="blocks run")
     pw = getattr(model, "ponder_weight", float("nan"))
     fig.suptitle(f"A-ViT (ponder weight {pw:g}, eps {model.epsilon:g}): tokens kept per block over "
                  f"{len(steps)} test images [{task.dataset}]", fontsize=9)
