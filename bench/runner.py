@@ -20,8 +20,9 @@ from tqdm import tqdm
 
 from bench import cost, provenance, registry, results
 from bench.api import Batch, Method, Task
+from bench.errors import UserError
 from bench.run import RunContext, plain, stable_hash
-from bench.timing import measure
+from bench.timing import Timing, measure_against_dense
 
 log = logging.getLogger("bench")
 
@@ -64,16 +65,16 @@ def evaluate(method: Method, model: torch.nn.Module, task: Task, *, limit: int, 
     for batch in tqdm(list(_batches(task, limit)), desc="evaluate", leave=False,
                       disable=os.environ.get("BENCH_QUIET") == "1"):
         batch = batch.to(device)
-        outputs = model(batch.x)
+        outputs = task.infer(model, batch.x)
         preds.append(task.predict(outputs).cpu())
         targets.append(batch.y.cpu())
         extra = {"macs": method.sample_macs(model, batch), **batch.meta,
-                 **method.sample_columns(model, batch)}
+                 **method.sample_columns(model, batch), **task.extra_columns(model, batch)}
         for key, value in extra.items():
             columns.setdefault(key, []).append(value.detach().cpu())
     predictions, target = torch.cat(preds), torch.cat(targets)
     quality = task.score(predictions, target)
-    table = {"target": target.numpy(), "prediction": predictions.numpy(), "score": quality.per_sample.numpy()}
+    table = {**task.sample_table(predictions, target), "score": quality.per_sample.numpy(), **quality.columns}
     table.update({k: torch.cat(v).numpy() for k, v in columns.items()})
     return quality, pd.DataFrame(table)
 
@@ -86,7 +87,7 @@ def counted_macs(method: Method, model: torch.nn.Module, task: Task, *, batches:
         if i >= batches:
             break
         batch = batch.to(device)
-        report = cost.count(model, batch.x)
+        report = cost.count(lambda x: task.infer(model, x), batch.x)
         counted += report.macs
         uncounted.update(report.uncounted)
         logged += float(method.sample_macs(model, batch).double().sum())
@@ -95,15 +96,47 @@ def counted_macs(method: Method, model: torch.nn.Module, task: Task, *, batches:
 
 
 def dense_reference_macs(task: Task, *, batches: int, device: str) -> float:
-    """Mean MACs per sample of the task's dense base architecture, from the counter."""
-    model = task.build_backbone().to(device).eval()
+    """Mean MACs per sample of the task's dense reference model, from the counter: on the first ``batches``
+    evaluation batches, or on all of them for a model whose cost depends on its inputs' content
+    (``input_dependent_cost``, e.g. a decoder whose cost depends on what it generates)."""
+    model = task.reference_model().to(device).eval()
+    if getattr(model, "input_dependent_cost", False):
+        batches = 0
     total, samples = 0, 0
     for i, batch in enumerate(task.eval_batches()):
-        if i >= batches:
+        if batches and i >= batches:
             break
-        total += cost.count(model, batch.to(device).x).macs
+        total += cost.count(lambda x: task.infer(model, x), batch.to(device).x).macs
         samples += len(batch)
     return total / samples
+
+
+def check_costs(method: Method, model: torch.nn.Module, task: Task, values: list[Any], *, where: str,
+                knob: str, batches: int, device: str,
+                allow_mismatch: bool) -> dict[str, tuple[float, float, list[str], str]]:
+    """Counter vs decision log for every knob value, before anything is evaluated or written.
+
+    Returns {str(value): (counted, logged, uncounted ops, cost_check label)}.  A disagreement over 1%
+    raises a UserError (one line; no row is written) unless ``allow_mismatch``, in which case the
+    label records it in the row.
+    """
+    checks = {}
+    for value in values:
+        method.set_knob(model, value)
+        counted, logged, uncounted = counted_macs(method, model, task, batches=batches, device=device)
+        gap = (logged - counted) / max(counted, 1.0)
+        label = "agree"
+        if abs(gap) > 0.01:
+            message = (f"{where} at {knob}={value}: the MAC counter "
+                       f"({counted:.4g} per sample) and the method's decision log ({logged:.4g}) disagree by "
+                       f"{gap:+.1%} (more than 1%)")
+            if not allow_mismatch:
+                raise UserError(f"{message}; no rows written. Fix the method's cost accounting, or re-run "
+                                "with allow_cost_mismatch=true to write rows marked as such")
+            log.warning("%s; writing the rows anyway (allow_cost_mismatch=true)", message)
+            label = f"MISMATCH allowed: counter {counted:.6g} vs log {logged:.6g} ({gap:+.2%})"
+        checks[str(value)] = (counted, logged, uncounted, label)
+    return checks
 
 
 def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
@@ -125,32 +158,40 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     model = method.build().to(cfg.device).eval()
     params = sum(p.numel() for p in model.parameters())
     macs_dense = dense_reference_macs(task, batches=cfg.count_batches, device=cfg.device)
+    checks = check_costs(method, model, task, pending, where=f"{method_name} on {task_name}", knob=spec.knob,
+                         batches=cfg.count_batches, device=cfg.device,
+                         allow_mismatch=bool(cfg.allow_cost_mismatch))
+    # The task's dense base model, timed beside every knob value in the same process.
+    dense = run_ctx.base_model(task).to(cfg.device).eval() if cfg.timing else None
     written = []
     for value in pending:
         method.set_knob(model, value)
         quality, samples = evaluate(method, model, task, limit=cfg.eval_limit, device=cfg.device)
-        counted, logged_same, uncounted = counted_macs(method, model, task, batches=cfg.count_batches,
-                                                       device=cfg.device)
-        if abs(counted - logged_same) > 0.01 * max(counted, 1.0):
-            log.warning("%s: counter %.4g MACs vs decision log %.4g MACs per sample disagree by >1%%",
-                        method_name, counted, logged_same)
+        counted, _, uncounted, cost_check = checks[str(value)]
         timing = None
         if cfg.timing:
-            timing = measure(model, lambda b: task.example_input(b).to(cfg.device), batch=cfg.timing_batch,
-                             threads=int(cfg.threads), min_run_time=float(cfg.timing_min_run_s))
+            timing = measure_against_dense(model, dense, lambda b: task.example_input(b).to(cfg.device),
+                                           batch=cfg.timing_batch, threads=int(cfg.threads),
+                                           min_run_time=float(cfg.timing_min_run_s),
+                                           rounds=int(cfg.timing_rounds),
+                                           call=lambda m, x: task.infer(m, x))
+        timing = timing or Timing(*(float("nan"),) * 3, 0)
         summary = cost.percentile_summary(torch.tensor(samples["macs"].to_numpy(copy=True)))
         row_id = _row_id(chash, spec.knob, value, cfg.seed)
         row = results.ResultRow(
             method=method_name, task=task_name, dataset=task.dataset, knob_name=spec.knob,
             knob_value=str(value), knob_kind=spec.knob_kind, seed=int(cfg.seed), variant=method.variant(),
             metric=task.metric, quality=quality.value, higher_is_better=task.higher_is_better,
-            metric_signature=task.metric_signature, n_eval=len(samples), **summary, macs_dense=macs_dense,
+            metric_signature=task.metric_signature, n_eval=len(samples),
+            extra_metrics=";".join(f"{k}={v:.6g}" for k, v in quality.extra.items()),
+            **summary, macs_dense=macs_dense,
             cost_pct_dense=100.0 * summary["macs_mean"] / macs_dense, macs_counted_mean=counted,
-            uncounted_ops=";".join(uncounted),
-            latency_b1_ms=timing.latency_b1_ms if timing else float("nan"),
-            latency_b1_iqr_ms=timing.latency_b1_iqr_ms if timing else float("nan"),
-            throughput_per_s=timing.throughput_per_s if timing else float("nan"),
-            throughput_batch=timing.throughput_batch if timing else 0, timing_threads=int(cfg.threads),
+            cost_check=cost_check, uncounted_ops=";".join(uncounted),
+            latency_b1_ms=timing.latency_b1_ms, latency_b1_iqr_ms=timing.latency_b1_iqr_ms,
+            throughput_per_s=timing.throughput_per_s, throughput_batch=timing.throughput_batch,
+            timing_threads=int(cfg.threads), dense_latency_b1_ms=timing.dense_latency_b1_ms,
+            dense_throughput_per_s=timing.dense_throughput_per_s, latency_b1_ratio=timing.latency_b1_ratio,
+            throughput_ratio=timing.throughput_ratio, timing_rounds=timing.rounds,
             params=params, train_budget=method.train_budget(), train_time_s=run_ctx.train_time_s,
             run_id=row_id, config_hash=chash, command=command, git_sha=sha,
             git_dirty=dirty, versions=provenance.versions(),
@@ -159,7 +200,8 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
                                           config_yaml=OmegaConf.to_yaml(cfg, resolve=True))))
         log.info("%s %s %s=%s: %s=%.4f, %.4g MACs/sample (%.1f%% of dense), %s", task_name, method_name,
                  spec.knob, value, task.metric, quality.value, summary["macs_mean"], row.cost_pct_dense,
-                 f"{row.latency_b1_ms:.3f} ms batch-1" if timing else "not timed")
+                 f"batch-1 latency {timing.latency_b1_ratio:.2f}x dense, throughput "
+                 f"{timing.throughput_ratio:.2f}x dense" if cfg.timing else "not timed")
     log.info("done in %.1f s; rows: %s", time.perf_counter() - t0, ", ".join(written))
     return written
 

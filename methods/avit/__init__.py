@@ -42,7 +42,7 @@ SPEC = register_method(MethodSpec(
                 "losses; halted tokens are gathered out of attention and MLP",
     knob="ponder_weight",
     knob_kind="train",
-    support=requires_backbone("encoder", "A-ViT halts the tokens of a transformer encoder; this task configuration "
-                                         "builds none (e.g. a recurrent cell)"),
+    support=requires_backbone("encoder", "A-ViT halts the tokens of an encoder-only transformer; this task configuration "
+                                         "builds none (an RNN, or an encoder-decoder: not implemented)"),
     test_overrides=("avit.total_steps=12", "avit.eval_epsilons=[0.5]", "avit.halt_init=0.3"),
 ))

@@ -81,6 +81,8 @@ class AViT(Method):
         size, offset, steps = int(budget["batch_size"]), int(budget["steps"]), self.total_steps()
         model = M.AViTEncoder(copy.deepcopy(base), float(c.gate_scale), float(c.gate_center), float(c.epsilon))
         model.to(self.run.device)
+        with torch.no_grad():  # a head on every token (e.g. CTC) although the encoder's pool would reduce them
+            model.per_token = base.eval()(self.task.example_input(1).to(self.run.device)).dim() == 3
         n_layers = len(base.blocks)
         if float(c.halt_init) > 0:
             first = self.task.train_batch(offset, size).to(self.run.device)

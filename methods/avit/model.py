@@ -66,6 +66,9 @@ class AViTEncoder(nn.Module):
         self.real_path = False
         self.last: HaltLog | None = None
         self.last_positions = 1
+        # True when the task's head reads every token although the encoder's pool would reduce them
+        # (an encoder whose forward skips pooling, e.g. a CTC encoder); set by the method from a probe.
+        self.per_token = False
 
     def scores(self, x: Tensor) -> Tensor:
         return torch.sigmoid(self.gate_scale * x[..., 0] - self.gate_center)
@@ -79,7 +82,8 @@ class AViTEncoder(nn.Module):
         else:
             acc, log = self._masked(x, valid)
         self.last = log
-        pooled = enc.pool(enc.norm(acc), mask)
+        normed = enc.norm(acc)
+        pooled = normed if self.per_token else enc.pool(normed, mask)
         self.last_positions = pooled.shape[1] if pooled.dim() == 3 else 1
         return enc.head(pooled)
 

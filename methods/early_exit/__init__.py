@@ -47,7 +47,7 @@ SPEC = register_method(MethodSpec(
                 "ensembles, max-softmax threshold (exited samples leave the batch)",
     knob="threshold",
     knob_kind="eval",
-    support=requires_backbone("encoder", "early exit puts classifier heads between transformer blocks; this task "
-                                         "configuration builds none (e.g. a recurrent cell)"),
+    support=requires_backbone("encoder", "early exit puts classifier heads between the blocks of an encoder-only "
+                                         "transformer; this task builds none (an RNN, or an encoder-decoder: DAT)"),
     test_overrides=("early_exit.total_steps=12", "early_exit.thresholds=[0.0,0.5,1.0]"),
 ))

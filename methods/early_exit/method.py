@@ -75,7 +75,8 @@ class EarlyExit(Method):
         probe = self.task.example_input(1).to(self.run.device)
         with torch.no_grad():
             base.eval()
-            classes = int(base(probe).shape[-1])
+            dense_out = base(probe)
+            classes = int(dense_out.shape[-1])
             tokens = int(base.embed(probe)[0].shape[1])
         dense_macs = base.macs(tokens)
         blocks = self.exit_blocks(len(base.blocks))
@@ -85,6 +86,7 @@ class EarlyExit(Method):
         torch.manual_seed(self.run.seed)
         model = M.EarlyExitEncoder(copy.deepcopy(base), blocks, classes, hidden,
                                    cascade=self.cfg.head == "cascading").to(self.run.device)
+        model.per_token = dense_out.dim() == 3
         plan = self.plan()
         offset = int(budget["steps"])
         key = {"base": {"task": self.task.name, "cfg": plain(self.task.base_config()), "seed": self.run.seed},

@@ -105,6 +105,12 @@ class EarlyExitEncoder(nn.Module):
         self.last_exit: Tensor | None = None  # [B] exit index; len(exit_blocks) = the final head
         self.last_tokens = 0
         self.last_positions = 1
+        # True when the task's head reads every token although the encoder's pool would reduce them
+        # (an encoder whose forward skips pooling, e.g. a CTC encoder); set by the method from a probe.
+        self.per_token = False
+
+    def pool(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        return x if self.per_token else self.encoder.pool(x, mask)
 
     @property
     def n_exits(self) -> int:
@@ -112,7 +118,7 @@ class EarlyExitEncoder(nn.Module):
 
     def final_output(self, x: Tensor, mask: Tensor | None) -> Tensor:
         enc = self.encoder
-        return enc.head(enc.pool(enc.norm(x), mask))
+        return enc.head(self.pool(enc.norm(x), mask))
 
     # --- training: every head on every sample -------------------------------------------------------
     def all_exits(self, inputs: Tensor, grad_backbone: bool = True,
@@ -131,7 +137,7 @@ class EarlyExitEncoder(nn.Module):
             if b in where:
                 i = where[b]
                 with torch.set_grad_enabled(track_heads):
-                    logits = self.heads[i](self.encoder.pool(x, mask), prev)
+                    logits = self.heads[i](self.pool(x, mask), prev)
                 prev = logits
                 if self.use_ensemble:
                     log_probs.append(F.log_softmax(logits, dim=-1))
@@ -160,7 +166,7 @@ class EarlyExitEncoder(nn.Module):
             if b not in where:
                 continue
             i = where[b]
-            z = self.encoder.pool(x, mask)
+            z = self.pool(x, mask)
             self.last_positions = z.shape[1] if z.dim() == 3 else 1
             logits = self.heads[i](z, prev)
             prev = logits
