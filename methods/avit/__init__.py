@@ -1,0 +1,48 @@
+"""Method ``avit``: A-ViT (Yin et al. 2022), adaptive per-token halting with real token removal, fine-tuned
+from the task's dense encoder (registration only; no torch here)."""
+
+from dataclasses import dataclass
+
+from bench.params import param
+from bench.registry import MethodSpec, register_method, requires_backbone
+
+
+@dataclass
+class AViTConfig:
+    ponder_weight: float = param(0.03, min=0.0,
+                                 help="weight alpha_p of the ponder loss mean(N + R) (training-time knob: one "
+                                      "run per value; A-ViT README: 5e-4 on 12-block DeiT; on the 4-block offline "
+                                      "ViT 0.01..0.3 spans about 70%..30% of the dense cost)")
+    distr_weight: float = param(0.1, min=0.0,
+                                help="weight alpha_d of KL(prior || per-layer halting distribution) (A-ViT "
+                                     "README: 1e-3 on DeiT-T; ACM's ViT-B: 1.0)")
+    target_depth: float = param(0.0, min=0.0,
+                                help="mean of the Gaussian prior over layers 1..L (std 1); 0 = auto: 2/3 of "
+                                     "the depth (A-ViT's default 8 of 12)")
+    gate_scale: float = param(10.0, min=0.0, help="gamma in h = sigmoid(gamma * e_0 - beta) (A-ViT README: 10)")
+    gate_center: float = param(30.0, help="beta in h = sigmoid(gamma * e_0 - beta) (A-ViT README: 30 on DeiT-T)")
+    halt_init: float = param(0.1, min=0.0, max=0.5,
+                             help="before fine-tuning, shift the output-dim-0 bias of every block's fc2 (but the "
+                                  "last) so the median halting score at that layer is this (0 = no shift: the "
+                                  "original's effective init, whose dead-code re-init never runs)")
+    epsilon: float = param(0.01, min=0.0, max=0.99, help="a token halts once its cumulative score >= 1 - epsilon")
+    eval_epsilons: list = param([], min=0.0, max=0.99,
+                                help="extra eval-time halting thresholds 1 - eps on the same model (rows labelled "
+                                     "'eval-eps' in the variant; a harness extension, not the paper's protocol)")
+    lr: float = param(5e-4, min=0.0, help="Adam lr of the fine-tuning (A-ViT-T README: 5e-4)")
+    total_steps: int = param(0, min=0, help="fine-tuning steps (0 = the task's method_steps, else its base "
+                                            "train_steps)")
+
+
+SPEC = register_method(MethodSpec(
+    name="avit",
+    config=AViTConfig,
+    impl="methods.avit.method:AViT",
+    description="A-ViT: per-token halting from embedding dim 0 (ACT per token), ponder + distribution-prior "
+                "losses; halted tokens are gathered out of attention and MLP",
+    knob="ponder_weight",
+    knob_kind="train",
+    support=requires_backbone("encoder", "A-ViT halts the tokens of an encoder-only transformer; this task configuration "
+                                         "builds none (an RNN, or an encoder-decoder: not implemented)"),
+    test_overrides=("avit.total_steps=12", "avit.eval_epsilons=[0.5]", "avit.halt_init=0.3"),
+))

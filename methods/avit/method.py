@@ -1,0 +1,146 @@
+"""Method ``avit``: fine-tune the task's dense encoder into an A-ViT (model.py) and evaluate it for real.
+
+Recipe (reference/methods.md §3.3; the public code's bugs fixed, see model.py):
+
+* Start: a copy of the task's cached dense base model.  Halting-signal init (``halt_init``): the public
+  A-ViT re-initialises the fc2 bias only in a branch that never runs, and acm-code's rule (-beta/(l+1) in
+  the first half of the blocks, +10 beta/(l+1) in the second) halts every token by the third block of a
+  4-block model at once.  Here, before fine-tuning, the output-dim-0 bias of fc2 of blocks 0..L-2 is
+  shifted, block by block on the stage's first training batch, so that the median halting score of
+  every block is ``halt_init`` (0.1: no token halts before block 10, every score still has gradient;
+  sigmoid(gamma e_0 - beta) with beta = 30 on an untouched ViT is ~1e-13, where the ponder loss has no
+  gradient at all).  ``halt_init=0`` keeps the base model unchanged.
+* Loss = task loss + ponder_weight * mean_tokens(N + R) + distr_weight * KL(prior || H) on the masked
+  path (every token computed, halted ones excluded as keys and never updated).  Adam at ``lr``, 5%
+  linear warm-up then cosine, gradient clipping 1.0, no weight decay; no mixup (ACM: incompatible).
+* Budget: ``total_steps`` (0 = the task's ``method_steps``) at the task's batch size; the data continue
+  the task's training stream after the base model's steps.
+
+Knob: ``ponder_weight`` (training-time, one run per value).  ``eval_epsilons`` adds eval-time points on
+the same model with another halting threshold 1 - eps; those rows carry ``eval-eps=<eps>`` in their
+variant and ``<ponder_weight>@eps<eps>`` as knob value, so they never mix with the trained curve.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+import bench.models.transformer as skeleton
+from bench import train
+from bench.api import Batch, Method
+from bench.errors import UserError
+from bench.run import code_version, plain
+from methods.avit import model as M
+
+OWNER = "avit"
+
+
+def calibrate_halting(model: M.AViTEncoder, x: Tensor, target: float) -> list[float]:
+    """Shift fc2.bias[0] of blocks 0..L-2 so the median halting score at each block is ``target`` on the
+    batch ``x`` (dense pass, block by block: a shift at block l moves e_0 at every later block too).
+    Returns the shifts."""
+    enc = model.encoder
+    goal = (model.gate_center + math.log(target / (1.0 - target))) / model.gate_scale
+    shifts = []
+    with torch.no_grad():
+        for l in range(len(enc.blocks) - 1):
+            h, mask = enc.embed(x)
+            for block in enc.blocks[: l + 1]:
+                h = block(h, mask)
+            e0 = h[..., 0] if mask is None else h[..., 0][~mask]
+            shift = goal - float(e0.median())
+            enc.blocks[l].mlp.fc2.bias[0] += shift
+            shifts.append(shift)
+    return shifts
+
+
+class AViT(Method):
+    name = "avit"
+
+    def total_steps(self) -> int:
+        if int(self.cfg.total_steps):
+            return int(self.cfg.total_steps)
+        steps = getattr(self.task.cfg, "method_steps", None)
+        return int(steps) if steps is not None else int(self.task.base_budget()["steps"])
+
+    def target_depth(self, n_layers: int) -> float:
+        return float(self.cfg.target_depth) or 2.0 * n_layers / 3.0
+
+    def build(self) -> nn.Module:
+        base = self.run.base_model(self.task)
+        if not isinstance(base, skeleton.Encoder):
+            raise UserError(f"avit needs a skeleton Encoder backbone; task {self.task.name} built "
+                            f"{type(base).__name__}")
+        c = self.cfg
+        budget = self.task.base_budget()
+        size, offset, steps = int(budget["batch_size"]), int(budget["steps"]), self.total_steps()
+        model = M.AViTEncoder(copy.deepcopy(base), float(c.gate_scale), float(c.gate_center), float(c.epsilon))
+        model.to(self.run.device)
+        with torch.no_grad():  # a head on every token (e.g. CTC) although the encoder's pool would reduce them
+            model.per_token = base.eval()(self.task.example_input(1).to(self.run.device)).dim() == 3
+        n_layers = len(base.blocks)
+        if float(c.halt_init) > 0:
+            first = self.task.train_batch(offset, size).to(self.run.device)
+            self._shifts = calibrate_halting(model, first.x, float(c.halt_init))
+        prior = M.gaussian_prior(n_layers, self.target_depth(n_layers), device=self.run.device)
+        skip_cls = base.cfg.pool == "cls"
+        pw, dw = float(c.ponder_weight), float(c.distr_weight)
+
+        def loss_fn(m: nn.Module, batch: Batch) -> Tensor:
+            out = m(batch.x)
+            log = m.last
+            return (self.task.loss(out, batch) + pw * M.ponder_loss(log)
+                    + dw * M.distribution_loss(log, prior, skip_cls))
+
+        key = {"base": {"task": self.task.name, "cfg": plain(self.task.base_config()), "seed": self.run.seed},
+               "avit": {k: v for k, v in plain(c).items() if k != "eval_epsilons"}, "steps": steps,
+               "batch": size, "code": code_version(M, AViT, skeleton, train, type(self.task))}
+        model.real_path = False
+        self.run.fit(model, lambda step: self.task.train_batch(offset + step, size), loss_fn, owner=OWNER,
+                     name=f"pw{pw:g}", key=key, steps=steps, lr=float(c.lr), grad_clip=1.0,
+                     warmup=max(1, round(0.05 * steps)))
+        model.real_path = True
+        self._eps = float(c.epsilon)
+        return model.eval()
+
+    # --- knob ---------------------------------------------------------------------------------------
+    def knob_values(self) -> list[str]:
+        pw, eps = float(self.cfg.ponder_weight), float(self.cfg.epsilon)
+        extra = sorted({float(e) for e in self.cfg.eval_epsilons} - {eps})
+        return [f"{pw:g}"] + [f"{pw:g}@eps{e:g}" for e in extra]
+
+    def set_knob(self, model: nn.Module, value: Any) -> None:
+        text = str(value)
+        self._eps = float(text.split("@eps")[1]) if "@eps" in text else float(self.cfg.epsilon)
+        model.epsilon = self._eps
+
+    # --- cost ---------------------------------------------------------------------------------------
+    def sample_macs(self, model: nn.Module, batch: Batch) -> Tensor:
+        return model.sample_macs()
+
+    def sample_columns(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
+        log = model.last
+        valid = log.valid.to(log.steps.dtype)
+        depth = (log.steps * valid).sum(dim=1) / valid.sum(dim=1).clamp_min(1.0)
+        kept = log.kept.to(torch.float64) / valid.sum(dim=1, keepdim=True).to(torch.float64).clamp_min(1.0)
+        cols = {"avit_mean_depth": depth.cpu(), "avit_cls_depth": log.steps[:, 0].cpu()}
+        cols.update({f"avit_kept_l{l}": kept[:, l].cpu() for l in range(kept.shape[1])})
+        return cols
+
+    # --- notes --------------------------------------------------------------------------------------
+    def variant(self) -> str:
+        c = self.cfg
+        eps = getattr(self, "_eps", float(c.epsilon))
+        halting = f"eps={eps:g}" if eps == float(c.epsilon) else f"eval-eps={eps:g}(trained eps={c.epsilon:g})"
+        return (f"gamma={c.gate_scale:g};beta={c.gate_center:g};halt_init={c.halt_init:g};"
+                f"prior=gauss(t={c.target_depth or 'auto2/3L'},w={c.distr_weight:g});{halting};real=gathered")
+
+    def train_budget(self) -> str:
+        base = self.task.base_budget()
+        return (f"{self.total_steps()} steps fine-tuning (Adam lr {self.cfg.lr:g}, 5% warm-up, cosine), batch "
+                f"{base['batch_size']}, on top of the base model ({base['steps']} steps)")

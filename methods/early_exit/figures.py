@@ -1,0 +1,85 @@
+"""Early-exit figure: the distribution of exit depths at several confidence thresholds.
+
+``python -m methods.early_exit.figures [task=imagenet] [results_dir=results] [reports_dir=reports]``
+reads every ``early_exit`` row of the task (the per-sample ``exit_block`` column the runner wrote beside
+each row), pools the seeds per threshold, and writes ``<reports_dir>/early_exit_depth_hist.png``: one
+panel per threshold, the share of test samples leaving after each block ("final" = the backbone's head
+after the last block), titled with the threshold's mean accuracy and cost.  No model is run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def exit_tables(results_dir: Path, task: str) -> dict[float, dict]:
+    """{threshold: {"blocks": exit blocks pooled over seeds, "quality", "cost", "seeds", "metric"}}."""
+    from bench import results
+
+    frame = results.load(results_dir)
+    rows = frame[(frame["method"] == "early_exit") & (frame["task"] == task)]
+    out: dict[float, dict] = {}
+    for _, row in rows.sort_values(["seed"]).iterrows():
+        samples = results.load_samples(results_dir, task, "early_exit", row["run_id"])
+        entry = out.setdefault(float(row["knob_value"]), {"blocks": [], "quality": [], "cost": [], "seeds": [],
+                                                          "metric": row["metric"], "dataset": row["dataset"]})
+        entry["blocks"].append(samples["exit_block"].to_numpy())
+        entry["quality"].append(float(row["quality"]))
+        entry["cost"].append(float(row["cost_pct_dense"]))
+        entry["seeds"].append(int(row["seed"]))
+    return out
+
+
+def depth_histogram(results_dir: Path, reports_dir: Path, task: str = "imagenet",
+                    thresholds: tuple[float, ...] = (0.7, 0.9, 0.98, 0.995, 0.999)) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bench.report_plots import save_figure
+
+    tables = exit_tables(results_dir, task)
+    chosen = [t for t in thresholds if t in tables] or sorted(tables)[:5]
+    if not chosen:
+        raise SystemExit(f"no early_exit rows for task {task} under {results_dir}")
+    n_blocks = int(max(np.concatenate(tables[t]["blocks"]).max() for t in chosen)) + 1
+    fig, axes = plt.subplots(1, len(chosen), figsize=(2.8 * len(chosen), 2.8), sharey=True, squeeze=False)
+    for ax, t in zip(axes[0], chosen):
+        entry = tables[t]
+        blocks = np.concatenate(entry["blocks"])
+        share = np.bincount(blocks, minlength=n_blocks) / len(blocks)
+        labels = [f"{b + 1}" for b in range(n_blocks - 1)] + [f"{n_blocks}+head"]
+        ax.bar(range(n_blocks), share, color="#4c72b0")
+        ax.set_xticks(range(n_blocks), labels)
+        ax.set_xlabel("exit after block")
+        seeds = ",".join(map(str, entry["seeds"]))
+        ax.set_title(f"threshold {t:g}\n{entry['metric']} {np.mean(entry['quality']):.3f}, "
+                     f"{np.mean(entry['cost']):.0f}% MACs\n(seeds {seeds})", fontsize=8)
+    axes[0][0].set_ylabel("share of test samples")
+    dataset = next(iter(tables.values()))["dataset"]
+    fig.suptitle(f"early exit (SDN + ZTW): exit depth, {task} [{dataset}]", fontsize=9)
+    fig.tight_layout()
+    path = Path(reports_dir) / "early_exit_depth_hist.png"
+    save_figure(fig, path)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> Path:
+    args = dict(a.split("=", 1) for a in (sys.argv[1:] if argv is None else argv))
+    unknown = set(args) - {"task", "results_dir", "reports_dir"}
+    if unknown:
+        raise SystemExit(f"unknown argument(s) {', '.join(sorted(unknown))}; expected task=, results_dir=, "
+                         "reports_dir=")
+    path = depth_histogram(Path(args.get("results_dir", "results")), Path(args.get("reports_dir", "reports")),
+                           args.get("task", "imagenet"))
+    print(path)
+    return path
+
+
+if __name__ == "__main__":
+    main()
