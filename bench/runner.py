@@ -18,7 +18,7 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from bench import cost, provenance, registry, results
+from bench import cost, paths, provenance, registry, results
 from bench.api import Batch, Method, Task
 from bench.run import RunContext, plain, stable_hash
 from bench.timing import measure
@@ -108,6 +108,7 @@ def dense_reference_macs(task: Task, *, batches: int, device: str) -> float:
 
 def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     """Run one configuration; returns the paths of the rows written."""
+    paths.check_run_outputs(cfg)  # before any work: an unwritable results_dir fails now, not after training
     torch.set_num_threads(int(cfg.threads))
     torch.manual_seed(int(cfg.seed))
     run_ctx, task, method = build(cfg, method_name, task_name, command)
