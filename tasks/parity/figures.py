@@ -33,13 +33,14 @@ def difficulty_table(rows: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
             .agg(error=("error", "mean"), ponder_steps=("ponder_steps", "mean"), n=("score", "size")))
 
 
-def difficulty_figure(rows: pd.DataFrame, results_dir: Path, reports_dir: Path) -> list[Path]:
+def difficulty_figure(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, stem: str = "parity") -> list[Path]:
+    """``<stem>_difficulty.png`` and ``<stem>_difficulty.csv`` for one dataset's rows."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from bench.report_plots import save_figure
+    from bench.figures import save_figure
 
     table = difficulty_table(rows, Path(results_dir))
     if table.empty:
@@ -65,9 +66,9 @@ def difficulty_figure(rows: pd.DataFrame, results_dir: Path, reports_dir: Path) 
                     title="seeds pooled")
     fig.suptitle(f"parity — {dataset}; dashed = static (no ponder steps)", fontsize=10)
     fig.tight_layout()
-    path = Path(reports_dir) / "parity_difficulty.png"
+    path = Path(reports_dir) / f"{stem}_difficulty.png"
     save_figure(fig, path)
     plt.close(fig)
-    table_path = Path(reports_dir) / "parity_difficulty.csv"
+    table_path = Path(reports_dir) / f"{stem}_difficulty.csv"
     results.atomic_write_frame(table_path, table)
     return [path, table_path]
