@@ -33,7 +33,8 @@ class RunConfig:
 
     seed: int = param(0, min=0, help="random seed (data order, init, knob sampling)")
     device: str = param("cpu", choices=["cpu", "cuda"], help="where to train, evaluate and time")
-    threads: int = param(2, min=1, help="torch CPU threads for training, evaluation and timing")
+    threads: int = param(1, min=1, help="torch CPU threads for training, evaluation and timing (rows "
+                                             "timed at different thread counts are never compared)")
     results_dir: str = param("results", help="root of the tidy result rows")
     cache_dir: str = param(".cache/bench", help="trained models and stage checkpoints")
     plugins: list = param([], help="modules that register extra methods/tasks")
@@ -42,6 +43,9 @@ class RunConfig:
     timing: bool = param(True, help="measure batch-1 latency and large-batch throughput")
     timing_batch: int = param(128, min=1, help="batch size of the throughput measurement")
     timing_min_run_s: float = param(0.5, min=0.01, help="seconds per timing measurement")
+    timing_rounds: int = param(3, min=1, help="interleaved rounds of method vs dense base timing")
+    allow_cost_mismatch: bool = param(False, help="write rows even if the MAC counter and the method's "
+                                                  "decision log disagree by >1% (recorded in cost_check)")
     force: bool = param(False, help="re-run knob values that already have result rows")
 
 

@@ -241,12 +241,16 @@ def _curve_labels(rows) -> list[str]:
 
 
 def _aggregate(rows, macs_dense: float):
+    for column in ("latency_b1_ratio", "throughput_ratio"):  # absent from rows of schema version 1
+        if column not in rows:
+            rows = rows.assign(**{column: math.nan})
     grouped = rows.groupby(["curve", "method", "knob_value"], sort=False)
     points = grouped.agg(
         knob_kind=("knob_kind", "first"), knob_name=("knob_name", "first"),
         cost=("macs_mean", "mean"), quality=("quality", "mean"),
         q_min=("quality", "min"), q_max=("quality", "max"), n_seeds=("seed", "nunique"),
-        latency_ms=("latency_b1_ms", "mean"),
+        latency_ms=("latency_b1_ms", "mean"), latency_ratio=("latency_b1_ratio", "mean"),
+        throughput_ratio=("throughput_ratio", "mean"),
     ).reset_index()
     points["frac"] = points["cost"] / macs_dense
     return points.sort_values(["curve", "cost"], kind="stable").reset_index(drop=True)
@@ -271,11 +275,36 @@ def task_views(frame) -> list[TaskView]:
         dense = None
         if len(dense_points):
             best = dense_points.loc[(dense_points["cost"] - macs_dense).abs().idxmin()]
-            dense = {k: best[k] for k in ("cost", "quality", "latency_ms", "knob_value", "knob_name")}
+            dense = {k: best[k] for k in ("cost", "quality", "latency_ms", "latency_ratio", "knob_value",
+                                          "knob_name")}
         ranges = [(c["frac"].min(), c["frac"].max()) for _, c in points.groupby("curve") if is_swept(c)]
         views.append(TaskView(task, dataset, str(rows["metric"].iloc[0]), bool(rows["higher_is_better"].iloc[0]),
                               macs_dense, rows, points, dense, common_range(ranges)))
     return views
+
+
+def timing_view(view: TaskView) -> tuple[TaskView, str] | None:
+    """The rows of ``view`` that were timed against the dense base model in the same process, restricted
+    to one (device, thread count): rows timed under different settings are never drawn together.  The
+    setting with the most timed rows wins (ties: fewer threads).  None if no row has timing ratios."""
+    rows = view.rows
+    if "latency_b1_ratio" not in rows:
+        return None
+    timed = rows[rows["latency_b1_ratio"].gt(0)]
+    if timed.empty:
+        return None
+    counts = timed.groupby(["device", "timing_threads"]).size().reset_index(name="n")
+    best = counts.sort_values(["n", "timing_threads", "device"], ascending=[False, True, True]).iloc[0]
+    keep = timed[(timed["device"] == best["device"]) & (timed["timing_threads"] == best["timing_threads"])]
+    points = _aggregate(keep, view.macs_dense)
+    dense = None
+    if view.dense is not None:
+        match = points[(points["method"] == "dense") & (points["knob_value"] == str(view.dense["knob_value"]))]
+        if len(match):
+            dense = {**view.dense, "latency_ratio": float(match["latency_ratio"].iloc[0])}
+    label = f"{best['device']}, {int(best['timing_threads'])} thread(s); {len(keep)} of {len(rows)} rows"
+    return TaskView(view.task, view.dataset, view.metric, view.higher_is_better, view.macs_dense, keep,
+                    points, dense, view.common), label
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,7 +366,8 @@ def summary_table(view: TaskView, delta: float = DELTA) -> tuple[list[str], list
 def rows_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
     unit, scale = macs_unit(view.macs_dense)
     header = ["method", "knob", view.metric, f"mean {unit}", "% dense", f"p10/p50/p90 {unit}",
-              "latency b1 ms", "throughput/s", "params", "seed", "variant", "git sha", "config hash"]
+              "latency b1 ms", "throughput/s", "latency b1 ×dense", "throughput ×dense", "threads", "params",
+              "seed", "variant", "git sha", "config hash"]
     table = []
     rows = view.rows.assign(_cost=view.rows["macs_mean"]).sort_values(["curve", "_cost", "seed"], kind="stable")
     for r in rows.to_dict("records"):
@@ -346,7 +376,9 @@ def rows_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
             r["curve"], f"{r['knob_name']}={knob_label(r['knob_value'])}", _num(r["quality"]),
             _num(r["macs_mean"] / scale, ".4g"), _num(100 * r["macs_mean"] / view.macs_dense, ".1f", "%"),
             "/".join(_num(r[k] / scale, ".4g") for k in ("macs_p10", "macs_p50", "macs_p90")),
-            _num(r["latency_b1_ms"], ".3g"), _num(r["throughput_per_s"], ".4g"), _num(r["params"], ",.0f"),
+            _num(r["latency_b1_ms"], ".3g"), _num(r["throughput_per_s"], ".4g"),
+            _num(r.get("latency_b1_ratio"), ".3g"), _num(r.get("throughput_ratio"), ".3g"),
+            str(r["timing_threads"]), _num(r["params"], ",.0f"),
             str(r["seed"]), str(r["variant"]) if r["variant"] == r["variant"] else "", sha,
             str(r["config_hash"])[:10],
         ])
@@ -528,8 +560,10 @@ def main(results_dir: str = "results", reports_dir: str = "reports") -> list[str
     for view in views:
         stem = stems[(view.task, view.dataset)]
         paths = [report_plots.plot_task(view, out / f"{stem}_pareto.png", x="cost")]
-        if view.points["latency_ms"].gt(0).any():
-            paths.append(report_plots.plot_task(view, out / f"{stem}_latency.png", x="latency"))
+        timed = timing_view(view)
+        if timed is not None:
+            paths.append(report_plots.plot_task(timed[0], out / f"{stem}_latency.png", x="latency",
+                                                note=timed[1]))
         paths += task_figures(view, Path(results_dir), out, stem)
         figures[f"{view.task}\0{view.dataset}"] = [p.name for p in paths]
         written += [str(p) for p in paths]

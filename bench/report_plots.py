@@ -29,8 +29,9 @@ def method_color(method: str) -> str:
     return METHOD_COLORS.get(method, _FALLBACK[zlib.crc32(method.encode()) % len(_FALLBACK)])
 
 
-def plot_task(view: TaskView, path: Path, x: str = "cost") -> Path:
-    """Draw one task's figure with x = "cost" (MACs, plus a top "% of dense cost" axis) or "latency"."""
+def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "") -> Path:
+    """Draw one task's figure with x = "cost" (MACs, plus a top "% of dense cost" axis) or "latency"
+    (batch-1 latency as a ratio to the dense base model timed in the same process)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -41,12 +42,13 @@ def plot_task(view: TaskView, path: Path, x: str = "cost") -> Path:
     if x == "cost":
         points["x"], xlabel = points["cost"] / scale, f"mean MACs per sample ({unit})"
     else:
-        points["x"], xlabel = points["latency_ms"], "batch-1 latency (ms)"
+        points["x"] = points["latency_ratio"]
+        xlabel = "batch-1 latency, × the dense base model timed in the same process"
     arrow = "↑" if view.higher_is_better else "↓"
     fig, ax = plt.subplots(figsize=(8, 5.2))
 
     if view.dense is not None:
-        dense_x = view.dense["cost"] / scale if x == "cost" else view.dense["latency_ms"]
+        dense_x = view.dense["cost"] / scale if x == "cost" else view.dense.get("latency_ratio", np.nan)
         kw = dict(color=method_color("dense"), linestyle="--", linewidth=1, alpha=0.7)
         if np.isfinite(dense_x):
             ax.axvline(dense_x, **kw)
@@ -79,7 +81,8 @@ def plot_task(view: TaskView, path: Path, x: str = "cost") -> Path:
         ax.secondary_xaxis("top", functions=(to_pct, from_pct)).set_xlabel("% of dense cost")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(f"{view.metric} {arrow}")
-    ax.set_title(f"{view.task} — {view.dataset}\n(points: seed means; error bars: min–max over seeds)", fontsize=10)
+    subtitle = "points: seed means; error bars: min–max over seeds" + (f"; timed on {note}" if note else "")
+    ax.set_title(f"{view.task} — {view.dataset}\n({subtitle})", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
     try:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: same-process dense timing ratios and the cost check
 FILE_MODE = 0o644  # mkstemp creates 0600; result files are meant to be read by everyone
 
 
@@ -52,13 +52,20 @@ class ResultRow:
     macs_dense: float  # the task's dense base model, same data
     cost_pct_dense: float
     macs_counted_mean: float  # dispatch-level counter on the real path (must agree with macs_mean)
+    cost_check: str  # "agree" (counter = decision log within 1%) or the overridden disagreement
     uncounted_ops: str
-    # timing
+    # timing (absolute numbers drift between runs on a shared machine: compare the ratios)
     latency_b1_ms: float
     latency_b1_iqr_ms: float
     throughput_per_s: float
     throughput_batch: int
     timing_threads: int
+    # the task's dense base model timed in the same process, interleaved with the method (bench/timing.py)
+    dense_latency_b1_ms: float
+    dense_throughput_per_s: float
+    latency_b1_ratio: float  # method / dense batch-1 latency (< 1 = faster)
+    throughput_ratio: float  # method / dense throughput (> 1 = faster)
+    timing_rounds: int
     # size and training
     params: int
     train_budget: str

@@ -20,8 +20,9 @@ from tqdm import tqdm
 
 from bench import cost, paths, provenance, registry, results
 from bench.api import Batch, Method, Task
+from bench.errors import UserError
 from bench.run import RunContext, plain, stable_hash
-from bench.timing import measure
+from bench.timing import Timing, measure_against_dense
 
 log = logging.getLogger("bench")
 
@@ -106,6 +107,34 @@ def dense_reference_macs(task: Task, *, batches: int, device: str) -> float:
     return total / samples
 
 
+def check_costs(method: Method, model: torch.nn.Module, task: Task, values: list[Any], *, where: str,
+                knob: str, batches: int, device: str,
+                allow_mismatch: bool) -> dict[str, tuple[float, float, list[str], str]]:
+    """Counter vs decision log for every knob value, before anything is evaluated or written.
+
+    Returns {str(value): (counted, logged, uncounted ops, cost_check label)}.  A disagreement over 1%
+    raises a UserError (one line; no row is written) unless ``allow_mismatch``, in which case the
+    label records it in the row.
+    """
+    checks = {}
+    for value in values:
+        method.set_knob(model, value)
+        counted, logged, uncounted = counted_macs(method, model, task, batches=batches, device=device)
+        gap = (logged - counted) / max(counted, 1.0)
+        label = "agree"
+        if abs(gap) > 0.01:
+            message = (f"{where} at {knob}={value}: the MAC counter "
+                       f"({counted:.4g} per sample) and the method's decision log ({logged:.4g}) disagree by "
+                       f"{gap:+.1%} (more than 1%)")
+            if not allow_mismatch:
+                raise UserError(f"{message}; no rows written. Fix the method's cost accounting, or re-run "
+                                "with allow_cost_mismatch=true to write rows marked as such")
+            log.warning("%s; writing the rows anyway (allow_cost_mismatch=true)", message)
+            label = f"MISMATCH allowed: counter {counted:.6g} vs log {logged:.6g} ({gap:+.2%})"
+        checks[str(value)] = (counted, logged, uncounted, label)
+    return checks
+
+
 def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     """Run one configuration; returns the paths of the rows written."""
     paths.check_run_outputs(cfg)  # before any work: an unwritable results_dir fails now, not after training
@@ -126,19 +155,23 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     model = method.build().to(cfg.device).eval()
     params = sum(p.numel() for p in model.parameters())
     macs_dense = dense_reference_macs(task, batches=cfg.count_batches, device=cfg.device)
+    checks = check_costs(method, model, task, pending, where=f"{method_name} on {task_name}", knob=spec.knob,
+                         batches=cfg.count_batches, device=cfg.device,
+                         allow_mismatch=bool(cfg.allow_cost_mismatch))
+    # The task's dense base model, timed beside every knob value in the same process.
+    dense = run_ctx.base_model(task).to(cfg.device).eval() if cfg.timing else None
     written = []
     for value in pending:
         method.set_knob(model, value)
         quality, samples = evaluate(method, model, task, limit=cfg.eval_limit, device=cfg.device)
-        counted, logged_same, uncounted = counted_macs(method, model, task, batches=cfg.count_batches,
-                                                       device=cfg.device)
-        if abs(counted - logged_same) > 0.01 * max(counted, 1.0):
-            log.warning("%s: counter %.4g MACs vs decision log %.4g MACs per sample disagree by >1%%",
-                        method_name, counted, logged_same)
+        counted, _, uncounted, cost_check = checks[str(value)]
         timing = None
         if cfg.timing:
-            timing = measure(model, lambda b: task.example_input(b).to(cfg.device), batch=cfg.timing_batch,
-                             threads=int(cfg.threads), min_run_time=float(cfg.timing_min_run_s))
+            timing = measure_against_dense(model, dense, lambda b: task.example_input(b).to(cfg.device),
+                                           batch=cfg.timing_batch, threads=int(cfg.threads),
+                                           min_run_time=float(cfg.timing_min_run_s),
+                                           rounds=int(cfg.timing_rounds))
+        timing = timing or Timing(*(float("nan"),) * 3, 0)
         summary = cost.percentile_summary(torch.tensor(samples["macs"].to_numpy(copy=True)))
         row_id = _row_id(chash, spec.knob, value, cfg.seed)
         row = results.ResultRow(
@@ -147,11 +180,12 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
             metric=task.metric, quality=quality.value, higher_is_better=task.higher_is_better,
             metric_signature=task.metric_signature, n_eval=len(samples), **summary, macs_dense=macs_dense,
             cost_pct_dense=100.0 * summary["macs_mean"] / macs_dense, macs_counted_mean=counted,
-            uncounted_ops=";".join(uncounted),
-            latency_b1_ms=timing.latency_b1_ms if timing else float("nan"),
-            latency_b1_iqr_ms=timing.latency_b1_iqr_ms if timing else float("nan"),
-            throughput_per_s=timing.throughput_per_s if timing else float("nan"),
-            throughput_batch=timing.throughput_batch if timing else 0, timing_threads=int(cfg.threads),
+            cost_check=cost_check, uncounted_ops=";".join(uncounted),
+            latency_b1_ms=timing.latency_b1_ms, latency_b1_iqr_ms=timing.latency_b1_iqr_ms,
+            throughput_per_s=timing.throughput_per_s, throughput_batch=timing.throughput_batch,
+            timing_threads=int(cfg.threads), dense_latency_b1_ms=timing.dense_latency_b1_ms,
+            dense_throughput_per_s=timing.dense_throughput_per_s, latency_b1_ratio=timing.latency_b1_ratio,
+            throughput_ratio=timing.throughput_ratio, timing_rounds=timing.rounds,
             params=params, train_budget=method.train_budget(), train_time_s=run_ctx.train_time_s,
             run_id=row_id, config_hash=chash, command=command, git_sha=sha,
             git_dirty=dirty, versions=provenance.versions(),
@@ -160,7 +194,8 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
                                           config_yaml=OmegaConf.to_yaml(cfg, resolve=True))))
         log.info("%s %s %s=%s: %s=%.4f, %.4g MACs/sample (%.1f%% of dense), %s", task_name, method_name,
                  spec.knob, value, task.metric, quality.value, summary["macs_mean"], row.cost_pct_dense,
-                 f"{row.latency_b1_ms:.3f} ms batch-1" if timing else "not timed")
+                 f"batch-1 latency {timing.latency_b1_ratio:.2f}x dense, throughput "
+                 f"{timing.throughput_ratio:.2f}x dense" if cfg.timing else "not timed")
     log.info("done in %.1f s; rows: %s", time.perf_counter() - t0, ", ".join(written))
     return written
 

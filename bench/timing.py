@@ -2,17 +2,32 @@
 
 CPU: ``torch.utils.benchmark.Timer(...).blocked_autorange`` with an explicit thread count (it warms up
 and repeats blocks until ``min_run_time``); GPU: the same Timer synchronizes CUDA around each block.
-Reported: median and interquartile range of per-call time.  Machines here are shared and noisy:
-compare methods by ratios measured on the same machine, never across machines.
+Reported: median and interquartile range of per-call time.
+
+Protocol (reference/measurement.md): absolute times on a shared machine drift by tens of percent between
+runs, so every measurement of a method is paired with the task's dense base model measured in the same
+process, in interleaved rounds (A B B A A B ...: the order alternates so neither model always runs
+first).  The stored ratios are medians over rounds of the per-round ratio method / dense; compare
+methods by these ratios, never by absolute numbers from different runs.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
+from torch import nn
 from torch.utils import benchmark
+
+# How a model is called on an input batch (a task may decode instead of a single forward).
+Call = Callable[[nn.Module, torch.Tensor], Any]
+
+
+def _forward(model: nn.Module, x: torch.Tensor) -> Any:
+    return model(x)
 
 
 @dataclass
@@ -21,6 +36,12 @@ class Timing:
     latency_b1_iqr_ms: float
     throughput_per_s: float
     throughput_batch: int
+    # The dense base model measured in the same process, and the medians of the per-round ratios.
+    dense_latency_b1_ms: float = math.nan
+    dense_throughput_per_s: float = math.nan
+    latency_b1_ratio: float = math.nan  # method latency / dense latency (< 1: faster than dense)
+    throughput_ratio: float = math.nan  # method throughput / dense throughput (> 1: faster than dense)
+    rounds: int = 0
 
 
 def time_call(fn: Callable[[], object], *, threads: int, min_run_time: float) -> tuple[float, float]:
@@ -31,12 +52,55 @@ def time_call(fn: Callable[[], object], *, threads: int, min_run_time: float) ->
 
 
 @torch.inference_mode()
-def measure(model: torch.nn.Module, example: Callable[[int], torch.Tensor], *, batch: int, threads: int,
-            min_run_time: float) -> Timing:
-    """Latency of one sample and throughput at ``batch`` samples per call."""
+def measure(model: nn.Module, example: Callable[[int], torch.Tensor], *, batch: int, threads: int,
+            min_run_time: float, call: Call = _forward) -> Timing:
+    """Latency of one sample and throughput at ``batch`` samples per call (no dense reference)."""
     model.eval()
     one, many = example(1), example(batch)
-    model(one)  # warm-up (lazy init, allocator)
-    lat, lat_iqr = time_call(lambda: model(one), threads=threads, min_run_time=min_run_time)
-    big, _ = time_call(lambda: model(many), threads=threads, min_run_time=min_run_time)
+    call(model, one)  # warm-up (lazy init, allocator)
+    lat, lat_iqr = time_call(lambda: call(model, one), threads=threads, min_run_time=min_run_time)
+    big, _ = time_call(lambda: call(model, many), threads=threads, min_run_time=min_run_time)
     return Timing(lat * 1e3, lat_iqr * 1e3, many.shape[0] / big, int(many.shape[0]))
+
+
+@torch.inference_mode()
+def measure_against_dense(model: nn.Module, dense: nn.Module, example: Callable[[int], torch.Tensor], *,
+                          batch: int, threads: int, min_run_time: float, rounds: int,
+                          call: Call = _forward) -> Timing:
+    """Time ``model`` and the dense base model ``dense`` in ``rounds`` interleaved rounds.
+
+    Each round times batch-1 latency and throughput at ``batch`` of both models on the same inputs; the
+    order of the two models alternates between rounds.  Absolute numbers are the medians over rounds
+    (the IQR is that of the method's per-call times in its median round); ratios are medians of the
+    per-round ratios, so a slow patch of the machine that hits one round moves both sides of it.
+    """
+    if rounds < 1:
+        raise ValueError("rounds must be >= 1")
+    model.eval()
+    dense.eval()
+    one, many = example(1), example(batch)
+    for m in (model, dense):  # warm-up (lazy init, allocator)
+        call(m, one)
+        call(m, many)
+    lat = {"m": [], "d": []}
+    lat_iqr: list[float] = []
+    big = {"m": [], "d": []}
+    for r in range(rounds):
+        order = (("m", model), ("d", dense)) if r % 2 == 0 else (("d", dense), ("m", model))
+        for name, m in order:
+            median, iqr = time_call(lambda: call(m, one), threads=threads, min_run_time=min_run_time)
+            lat[name].append(median)
+            if name == "m":
+                lat_iqr.append(iqr)
+        for name, m in order:
+            big[name].append(time_call(lambda: call(m, many), threads=threads, min_run_time=min_run_time)[0])
+    n = int(many.shape[0])
+    median_round = sorted(range(rounds), key=lambda i: lat["m"][i])[(rounds - 1) // 2]
+    return Timing(
+        latency_b1_ms=statistics.median(lat["m"]) * 1e3, latency_b1_iqr_ms=lat_iqr[median_round] * 1e3,
+        throughput_per_s=n / statistics.median(big["m"]), throughput_batch=n,
+        dense_latency_b1_ms=statistics.median(lat["d"]) * 1e3,
+        dense_throughput_per_s=n / statistics.median(big["d"]),
+        latency_b1_ratio=statistics.median(a / b for a, b in zip(lat["m"], lat["d"])),
+        throughput_ratio=statistics.median(b / a for a, b in zip(big["m"], big["d"])),
+        rounds=rounds)

@@ -11,7 +11,7 @@ def tiny_overrides(method: str, task: str, tmp: Path, *extra: str) -> list[str]:
     m, t = registry.method_spec(method), registry.task_spec(task)
     return [f"method={method}", f"task={task}", *t.test_overrides, *m.test_overrides, *extra,
             f"cache_dir={tmp / 'cache'}", f"results_dir={tmp / 'results'}", "timing_min_run_s=0.01",
-            "timing_batch=8", "count_batches=1"]
+            "timing_batch=8", "timing_rounds=2", "count_batches=1"]
 
 
 def compose_tiny(method: str, task: str, tmp: Path, *extra: str):

@@ -104,8 +104,10 @@ def _row(method, knob_kind, knob_value, frac, quality, seed=0, timestamp="2024-0
         knob_value=str(knob_value), knob_kind=knob_kind, seed=seed, variant="", metric="accuracy",
         quality=quality, higher_is_better=True, metric_signature="accuracy", n_eval=1000,
         macs_mean=macs, macs_p10=0.8 * macs, macs_p50=macs, macs_p90=1.2 * macs, macs_dense=DENSE_MACS,
-        cost_pct_dense=100 * frac, macs_counted_mean=macs, uncounted_ops="", latency_b1_ms=1.0 + frac,
-        latency_b1_iqr_ms=0.01, throughput_per_s=1000.0, throughput_batch=64, timing_threads=1, params=12345,
+        cost_pct_dense=100 * frac, macs_counted_mean=macs, cost_check="agree", uncounted_ops="",
+        latency_b1_ms=1.0 + frac, latency_b1_iqr_ms=0.01, throughput_per_s=1000.0, throughput_batch=64,
+        timing_threads=1, dense_latency_b1_ms=2.0, dense_throughput_per_s=900.0,
+        latency_b1_ratio=(1.0 + frac) / 2.0, throughput_ratio=1000.0 / 900.0, timing_rounds=3, params=12345,
         train_budget="steps=10", train_time_s=1.0, run_id="r", config_hash="abcdef0123456789", command="test",
         git_sha="0123456789abcdef", git_dirty=False, versions="", device="cpu", timestamp=timestamp,
     )
@@ -172,3 +174,30 @@ def test_curve_labels_keep_only_differing_variant_parts():
     short = _distinct_parts(["N=4;alpha=0.1;T=0.8", "N=4;alpha=1;T=0.8"])
     assert short == {"N=4;alpha=0.1;T=0.8": "alpha=0.1", "N=4;alpha=1;T=0.8": "alpha=1"}
     assert _distinct_parts(["same"]) == {"same": "same"}
+
+
+def test_timing_view_never_mixes_thread_counts(tmp_path):
+    rows = [_row("dense", "static", 1.0, 1.0, 0.90), _row("acm", "train", 0.1, 0.5, 0.85),
+            _row("acm", "train", 0.2, 0.6, 0.87)]
+    other = _row("acm", "train", 0.3, 0.7, 0.88)
+    other.timing_threads, other.latency_b1_ratio = 4, 9.0
+    for i, row in enumerate(rows + [other]):
+        results.append(tmp_path, row, f"t{i}")
+    (view,) = report.task_views(results.load(tmp_path))
+    timed, label = report.timing_view(view)
+    assert set(timed.rows["timing_threads"]) == {1}
+    assert len(timed.rows) == 3 and "1 thread(s); 3 of 4 rows" in label
+    assert 9.0 not in set(timed.points["latency_ratio"])
+    assert timed.dense["latency_ratio"] == pytest.approx(1.0)  # (1 + 1.0) / 2.0 from _row
+    header, table = report.rows_table(view)
+    assert "latency b1 ×dense" in header and "throughput ×dense" in header
+
+
+def test_rows_without_timing_ratios_still_report(tmp_path):
+    """Rows of schema version 1 (no ratio columns) load, aggregate and give no latency-ratio figure."""
+    frame = pd.DataFrame([vars(_row("dense", "static", 1.0, 1.0, 0.9))]).drop(
+        columns=["latency_b1_ratio", "throughput_ratio", "dense_latency_b1_ms", "dense_throughput_per_s",
+                 "timing_rounds", "cost_check"])
+    (view,) = report.task_views(frame)
+    assert report.timing_view(view) is None
+    assert math.isnan(view.points["latency_ratio"].iloc[0])
