@@ -94,3 +94,22 @@ def test_report_twice_gives_byte_identical_files(tmp_path):
     assert [Path(p).name for p in first] == [Path(p).name for p in second]
     for a, b in zip(first, second):
         assert Path(a).read_bytes() == Path(b).read_bytes(), Path(a).name
+
+
+def test_parity_equal_cost_table_interpolates_the_static_recurrences():
+    from tasks.parity.figures import equal_cost_table
+
+    def row(method, knob, cost, quality, seed=0):
+        return {"method": method, "knob_name": "tau" if method == "act" else "size", "knob_value": knob,
+                "cost_pct_dense": cost, "quality": quality, "seed": seed}
+
+    rows = pd.DataFrame([row("dense", "w1-d1", 100.0, 0.5), row("dense", "w1-d2", 200.0, 0.7),
+                         row("dense", "w1-d4", 400.0, 0.9), row("dense", "w2-d1", 400.0, 0.99),  # wider: not a step count
+                         row("act", "0.001", 300.0, 0.85, 0), row("act", "0.001", 300.0, 0.87, 1),
+                         row("act", "0.1", 90.0, 0.5)])
+    table = equal_cost_table(rows).set_index("knob_value")
+    assert table.loc["0.001", "accuracy"] == pytest.approx(0.86)
+    assert table.loc["0.001", "static_at_cost"] == pytest.approx(0.8)  # halfway between 2 and 4 steps
+    assert table.loc["0.001", "act_minus_static"] == pytest.approx(0.06)
+    assert table.loc["0.001", "seeds"] == 2
+    assert np.isnan(table.loc["0.1", "static_at_cost"])  # cheaper than any static point: not extrapolated
