@@ -42,6 +42,8 @@ class Batch:
 class Quality:
     value: float  # the metric, e.g. top-1 accuracy in [0, 1]
     per_sample: Tensor  # per-sample score (1/0 correctness for accuracy)
+    extra: dict[str, float] = field(default_factory=dict)  # further corpus-level metrics (e.g. CER)
+    columns: dict[str, Any] = field(default_factory=dict)  # further per-sample columns (e.g. texts)
 
 
 class Task:
@@ -95,6 +97,24 @@ class Task:
     def loss(self, outputs: Tensor, batch: Batch) -> Tensor:
         return nn.functional.cross_entropy(outputs, batch.y)
 
+    # --- inference --------------------------------------------------------------------------
+    def infer(self, model: nn.Module, x: Tensor) -> Tensor:
+        """The evaluation forward: what evaluation, cost counting and timing execute on ``x``.
+
+        ``model(x)`` by default; a task that decodes (translation) runs its search here."""
+        return model(x)
+
+    def reference_model(self) -> nn.Module:
+        """The dense reference whose counted MACs are the row's ``macs_dense`` (default: the untrained
+        dense backbone, whose cost does not depend on its weights; tasks whose cost depends on the
+        outputs, e.g. decoding length, return the trained dense base model)."""
+        return self.build_backbone()
+
+    def extra_columns(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
+        """Per-sample columns of the last ``infer`` on ``batch`` kept beside the row (e.g. decoder MACs
+        per generated token)."""
+        return {}
+
     # --- metric -----------------------------------------------------------------------------
     def predict(self, outputs: Tensor) -> Tensor:
         return outputs.argmax(dim=-1)
@@ -102,6 +122,11 @@ class Task:
     def score(self, predictions: Tensor, targets: Tensor) -> Quality:
         correct = (predictions == targets).float()
         return Quality(float(correct.mean()), correct)
+
+    def sample_table(self, predictions: Tensor, targets: Tensor) -> dict[str, Any]:
+        """Per-sample ``target``/``prediction`` columns of the samples file (one value per sample; tasks
+        whose predictions are sequences turn them into text)."""
+        return {"target": targets.numpy(), "prediction": predictions.numpy()}
 
 
 class Method:

@@ -8,7 +8,8 @@ ops, norms, softmax and bias adds are not counted.
 
 Ops that executed, have no MAC formula, and are not known to be elementwise/view/reduction ops are
 listed in ``CostReport.uncounted`` so a silent zero never goes unnoticed.  A formula is registered for
-the fused CPU attention kernel, which FlopCounterMode does not know.
+the fused CPU attention kernel, which FlopCounterMode does not know, and the ACM operators
+(``torch.ops.bench.acm_triton`` / ``acm_sorted``, :mod:`bench.kernels.acm_ops`) register theirs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, register_flop_formula
+
+# The ACM operators' MAC formulas must be registered before any FlopCounterMode is built (it copies the
+# formula table when constructed), not when a model first calls the operator inside a counting pass.
+import bench.kernels.acm_ops  # noqa: E402,F401
 
 aten = torch.ops.aten
 

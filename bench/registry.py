@@ -64,11 +64,13 @@ class MethodSpec:
     test_overrides: tuple[str, ...] = ()
 
 
-def requires_backbone(kind: str, reason: str) -> Callable[[TaskSpec, Any], str | None]:
-    """A ``MethodSpec.support`` for methods that need one backbone family (e.g. "encoder")."""
+def requires_backbone(kind: str | tuple[str, ...], reason: str) -> Callable[[TaskSpec, Any], str | None]:
+    """A ``MethodSpec.support`` for methods that need one backbone family (e.g. "encoder"), or any of
+    several (a tuple)."""
+    kinds = (kind,) if isinstance(kind, str) else tuple(kind)
 
     def support(task: TaskSpec, task_cfg: Any) -> str | None:
-        return None if kind in task.backbones(task_cfg) else reason
+        return None if set(kinds) & set(task.backbones(task_cfg)) else reason
 
     return support
 

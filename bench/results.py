@@ -80,6 +80,7 @@ class ResultRow:
     device: str
     timestamp: str
     schema_version: int = SCHEMA_VERSION
+    extra_metrics: str = ""  # further corpus-level metrics of the same evaluation, "name=value;..." (e.g. cer)
 
 
 COLUMNS = [f.name for f in dataclasses.fields(ResultRow)]

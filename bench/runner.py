@@ -65,16 +65,16 @@ def evaluate(method: Method, model: torch.nn.Module, task: Task, *, limit: int, 
     for batch in tqdm(list(_batches(task, limit)), desc="evaluate", leave=False,
                       disable=os.environ.get("BENCH_QUIET") == "1"):
         batch = batch.to(device)
-        outputs = model(batch.x)
+        outputs = task.infer(model, batch.x)
         preds.append(task.predict(outputs).cpu())
         targets.append(batch.y.cpu())
         extra = {"macs": method.sample_macs(model, batch), **batch.meta,
-                 **method.sample_columns(model, batch)}
+                 **method.sample_columns(model, batch), **task.extra_columns(model, batch)}
         for key, value in extra.items():
             columns.setdefault(key, []).append(value.detach().cpu())
     predictions, target = torch.cat(preds), torch.cat(targets)
     quality = task.score(predictions, target)
-    table = {"target": target.numpy(), "prediction": predictions.numpy(), "score": quality.per_sample.numpy()}
+    table = {**task.sample_table(predictions, target), "score": quality.per_sample.numpy(), **quality.columns}
     table.update({k: torch.cat(v).numpy() for k, v in columns.items()})
     return quality, pd.DataFrame(table)
 
@@ -87,7 +87,7 @@ def counted_macs(method: Method, model: torch.nn.Module, task: Task, *, batches:
         if i >= batches:
             break
         batch = batch.to(device)
-        report = cost.count(model, batch.x)
+        report = cost.count(lambda x: task.infer(model, x), batch.x)
         counted += report.macs
         uncounted.update(report.uncounted)
         logged += float(method.sample_macs(model, batch).double().sum())
@@ -96,13 +96,17 @@ def counted_macs(method: Method, model: torch.nn.Module, task: Task, *, batches:
 
 
 def dense_reference_macs(task: Task, *, batches: int, device: str) -> float:
-    """Mean MACs per sample of the task's dense base architecture, from the counter."""
-    model = task.build_backbone().to(device).eval()
+    """Mean MACs per sample of the task's dense reference model, from the counter: on the first ``batches``
+    evaluation batches, or on all of them for a model whose cost depends on its inputs' content
+    (``input_dependent_cost``, e.g. a decoder whose cost depends on what it generates)."""
+    model = task.reference_model().to(device).eval()
+    if getattr(model, "input_dependent_cost", False):
+        batches = 0
     total, samples = 0, 0
     for i, batch in enumerate(task.eval_batches()):
-        if i >= batches:
+        if batches and i >= batches:
             break
-        total += cost.count(model, batch.to(device).x).macs
+        total += cost.count(lambda x: task.infer(model, x), batch.to(device).x).macs
         samples += len(batch)
     return total / samples
 
@@ -170,7 +174,8 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
             timing = measure_against_dense(model, dense, lambda b: task.example_input(b).to(cfg.device),
                                            batch=cfg.timing_batch, threads=int(cfg.threads),
                                            min_run_time=float(cfg.timing_min_run_s),
-                                           rounds=int(cfg.timing_rounds))
+                                           rounds=int(cfg.timing_rounds),
+                                           call=lambda m, x: task.infer(m, x))
         timing = timing or Timing(*(float("nan"),) * 3, 0)
         summary = cost.percentile_summary(torch.tensor(samples["macs"].to_numpy(copy=True)))
         row_id = _row_id(chash, spec.knob, value, cfg.seed)
@@ -178,7 +183,9 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
             method=method_name, task=task_name, dataset=task.dataset, knob_name=spec.knob,
             knob_value=str(value), knob_kind=spec.knob_kind, seed=int(cfg.seed), variant=method.variant(),
             metric=task.metric, quality=quality.value, higher_is_better=task.higher_is_better,
-            metric_signature=task.metric_signature, n_eval=len(samples), **summary, macs_dense=macs_dense,
+            metric_signature=task.metric_signature, n_eval=len(samples),
+            extra_metrics=";".join(f"{k}={v:.6g}" for k, v in quality.extra.items()),
+            **summary, macs_dense=macs_dense,
             cost_pct_dense=100.0 * summary["macs_mean"] / macs_dense, macs_counted_mean=counted,
             cost_check=cost_check, uncounted_ops=";".join(uncounted),
             latency_b1_ms=timing.latency_b1_ms, latency_b1_iqr_ms=timing.latency_b1_iqr_ms,

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(dataset-fashion-mnist)
+APT_PACKAGES=(dataset-fashion-mnist espeak-ng trans-de-en pocketsphinx-testdata)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

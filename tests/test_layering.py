@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 REPORT_MODULES = ("bench.report", "bench.report_plots")
 # The report itself and the CLI verb that starts it may import it; nothing else in bench/ may.
-REPORT_USERS = {"bench/report.py", "bench/report_plots.py", "bench/cli.py"}
+REPORT_USERS = {"bench/report.py", "bench/report_plots.py", "bench/report_e2e.py", "bench/cli.py"}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -60,7 +60,8 @@ def test_core_imports_no_method_or_task():
 
 @pytest.mark.parametrize("package", ["bench", "methods", "tasks"])
 def test_producers_do_not_import_the_report(package):
-    paths = [p for p in files(package) if str(p.relative_to(ROOT)) not in REPORT_USERS]
+    # figures.py of a method/task draws from rows for `bench report` (TaskSpec.figures): report-side code
+    paths = [p for p in files(package) if str(p.relative_to(ROOT)) not in REPORT_USERS and p.name != "figures.py"]
     assert offending(paths, REPORT_MODULES) == []
 
 

@@ -8,8 +8,16 @@ against dense baselines while the executed fraction of learners f sweeps 0, 0.1,
   mean fraction f (``random_k``: "iid" = Binomial(N, f) per token, "equal" = the same k for all tokens).
 - Variants: ``dense_eager`` (Linear→GELU→Linear, hidden N·w), ``dense_compile`` (torch.compile of it; a
   failure is recorded in the row's ``status``, not raised), ``ideal_narrow`` (a dense MLP of hidden width
-  round(f·N·w): the linear-scaling ideal), ``acm_naive``, ``acm_sorted``, ``acm_masked`` (opt-in: the
-  dense-cost training path), ``acm_triton`` (CUDA only).
+  f·N·w rounded to a multiple of ``--ideal-align`` = 64: widths such as round(0.9·3072) = 2765 are not
+  multiples of 8 and cuBLAS runs them several times slower than dense, which is no physical reference;
+  the row's x is the rounded fraction), ``acm_naive``, ``acm_sorted``, ``acm_masked`` (opt-in: the
+  dense-cost training path), ``acm_triton`` (CUDA only; weights laid out once with ``prepare_weights``
+  before timing, X gathered once into sorted order unless ``--triton-gather in_load``; autotuned on the
+  full-width workload, the chosen tiles are in the rows' ``triton_config``).
+- CUDA graphs (CUDA, unless ``--no-cuda-graphs``): every capturable path (dense eager, dense compile,
+  ideal narrow, acm_triton, acm_masked) is also captured after warm-up and timed as a replay, as variant
+  ``<variant>@graph``; the PyTorch sorted/naive paths synchronize with the host and are not captured.
+  The run also checks acm_triton under ``torch.cuda.set_sync_debug_mode("error")`` (``sync_check``).
 - Timing (no counters attached): CPU ``torch.utils.benchmark.Timer.blocked_autorange`` with an explicit
   thread count; GPU ``triton.testing.do_bench`` (L2 flushed before every call, warm-up) with all per-call
   times kept.  Points are measured in ``--rounds`` rounds, each in a fresh random order (A/B interleaving
@@ -24,7 +32,10 @@ against dense baselines while the executed fraction of learners f sweeps 0, 0.1,
   measured executed fraction (mean k / N of the actual k): a, b, R², max |residual|, and the fitted
   T(0.25)/T_dense and T(1)/T_dense.  A secondary fit uses per-point minimum block times (statistic "min").
   ``--refit ROWS_CSV`` recomputes a fit table and the figure from stored rows without measuring.
-- GPU: achieved TFLOP/s per point and a dense-GEMM peak measured in the same run (bf16 8192³ matmul).
+- GPU: achieved TFLOP/s per point, the dense-GEMM peak measured in the same run (bf16 8192³ matmul) and
+  the point's percentage of it (``pct_of_peak``).  ``rel_to_best_dense`` divides by the fastest dense
+  variant of the batch (eager, compile, and their graph replays); the fit table has that baseline too
+  (``dense_best``), which is the reference of the GPU targets.
 
 Outputs: ``results/kernels/<id>.csv`` (one row per point, one file per invocation), ``<id>.fit.csv``,
 and ``reports/kernel_latency.png`` (redrawable from the rows alone with :func:`plot_kernel_rows`).
@@ -48,10 +59,28 @@ DENSE = "dense_eager"
 COMPILE = "dense_compile"
 IDEAL = "ideal_narrow"
 ACM_VARIANTS = ("acm_naive", "acm_sorted", "acm_masked", "acm_triton")
+GRAPH = "@graph"  # suffix of a variant timed as a CUDA-graph replay
+CAPTURABLE = ("dense_eager", "dense_compile", "ideal_narrow", "acm_triton", "acm_masked")
+BEST_DENSE = "dense_best"  # fit baseline: the fastest dense variant of the batch
 ALL_VARIANTS = (DENSE, COMPILE, IDEAL) + ACM_VARIANTS
 DEFAULT_FRACTIONS = tuple(round(0.1 * i, 1) for i in range(11))
 GATE_HIDDEN = 16
 NO_K_MODE = "any"  # dense and ideal rows do not depend on the k distribution (not an NA token for pandas)
+IDEAL_ALIGN = 64  # hidden widths of the ideal narrow MLP are multiples of this
+
+
+def base_variant(variant: str) -> str:
+    """``acm_triton@graph`` → ``acm_triton``."""
+    return str(variant).split(GRAPH)[0]
+
+
+def ideal_width(fraction: float, hidden: int, align: int = IDEAL_ALIGN) -> int:
+    """Hidden width of the ideal narrow MLP at fraction f: f·hidden rounded (half up) to a multiple of
+    ``align`` and clipped to [0, hidden] (a hidden width that is not a multiple of ``align`` keeps its full
+    width at f = 1)."""
+    if fraction >= 1.0:
+        return hidden
+    return max(0, min(hidden, int(math.floor(fraction * hidden / align + 0.5)) * align))
 
 FIT_COLUMNS = ["run_id", "device_name", "dtype", "batch", "tokens", "d", "n_learners", "width", "activation",
                "k_mode", "variant", "baseline", "statistic", "n_points", "intercept", "slope", "r2", "max_residual",
@@ -59,6 +88,9 @@ FIT_COLUMNS = ["run_id", "device_name", "dtype", "batch", "tokens", "d", "n_lear
 
 # CPU acceptance targets for the sorted PyTorch path (benchmark targets, reported, not asserted).
 CPU_TARGET = {"variant": "acm_sorted", "batch": 8, "max_intercept": 0.10, "slope": (0.9, 1.1), "min_r2": 0.98}
+# GPU targets (H100 bf16, ViT-B layer, batch 128, k iid, against the fastest dense variant; reported, not asserted).
+GPU_TARGET = {"variant": "acm_triton", "batch": 128, "max_t1": 1.0, "max_t025": 0.35, "max_intercept": 0.05,
+              "min_r2": 0.99}
 
 
 # ---------------------------------------------------------------- arguments
@@ -84,6 +116,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", nargs="+", choices=ALL_VARIANTS, default=None,
                    help="default: all but acm_masked (acm_triton only on cuda)")
     p.add_argument("--k-mode", nargs="+", choices=["iid", "equal"], default=["iid"])
+    p.add_argument("--ideal-align", type=int, default=None,
+                   help=f"hidden widths of ideal_narrow are multiples of this (default {IDEAL_ALIGN}; --quick: 16)")
+    p.add_argument("--triton-gather", choices=["once", "in_load"], default="once",
+                   help="acm_triton: gather X into sorted order once (default) or inside the GEMM loads")
+    p.add_argument("--no-cuda-graphs", action="store_true",
+                   help="CUDA: do not time the CUDA-graph-captured variants (<variant>@graph)")
     p.add_argument("--min-run-s", type=float, default=None,
                    help="CPU: blocked_autorange min_run_time per point and round (default 0.3); "
                         "GPU: do_bench rep time in s (default 0.1)")
@@ -115,6 +153,7 @@ def _resolve(opts: argparse.Namespace, torch) -> argparse.Namespace:
         opts.fractions = [0.0, 0.5, 1.0]
         opts.rounds = 1
         opts.min_run_s = opts.min_run_s or 0.01
+        opts.ideal_align = opts.ideal_align or 16
         if opts.variants is None:
             opts.variants = [DENSE, IDEAL, "acm_naive", "acm_sorted"]
     gpu = opts.device == "cuda"
@@ -125,6 +164,8 @@ def _resolve(opts: argparse.Namespace, torch) -> argparse.Namespace:
         opts.main_batch = preferred if preferred in opts.batch else max(opts.batch)
     if opts.width is None:
         opts.width = opts.d
+    if opts.ideal_align is None:
+        opts.ideal_align = IDEAL_ALIGN
     if opts.min_run_s is None:
         opts.min_run_s = 0.1 if gpu else 0.3
     if opts.variants is None:
@@ -175,13 +216,21 @@ def _narrow(opts, torch, dense, hidden: int):
     return narrow.eval()
 
 
-def _acm_fn(name: str):
+def _acm_fn(name: str, prepared=None, gather: str = "once"):
+    """The ACM path ``name`` as f(x, k, w1, b1, w2, width, activation); acm_triton runs on the weights laid
+    out once (``prepared``, from ``prepare_weights``) when given, ignoring the nn.Linear weights passed."""
     from bench.kernels import acm_torch
 
     if name == "acm_triton":
-        from bench.kernels.acm_triton import acm_triton
+        from bench.kernels.acm_triton import acm_triton, acm_triton_prepared
 
-        return acm_triton
+        if prepared is None:
+            return acm_triton
+
+        def triton_prepared(x, k, w1, b1, w2, width, activation):
+            return acm_triton_prepared(x, k, prepared, width, activation, gather_x=gather == "once")
+
+        return triton_prepared
     return getattr(acm_torch, name)
 
 
@@ -271,13 +320,15 @@ def fit_line(x, y) -> dict:
 
 def fit_rows(rows_df):
     """The fit table of a frame of kernel rows: per (run, batch, k mode, variant), the line through the
-    medians relative to dense_eager (and to dense_compile where it ran), and, as a contention-robust
-    secondary estimate, through the per-point minimum block times relative to dense_eager's minimum
-    (``statistic`` = "median" / "min")."""
+    medians relative to dense_eager (and to dense_compile where it ran, and to the fastest dense variant
+    of the batch, baseline ``dense_best``, where rows carry ``rel_to_best_dense``), and, as a
+    contention-robust secondary estimate, through the per-point minimum block times relative to
+    dense_eager's minimum (``statistic`` = "median" / "min").  CUDA-graph variants (``…@graph``) are
+    fitted like the others."""
     import pandas as pd
 
     ok = rows_df[rows_df["status"] == "ok"]
-    frame = ok[ok["variant"].isin((IDEAL,) + ACM_VARIANTS)]
+    frame = ok[ok["variant"].map(base_variant).isin((IDEAL,) + ACM_VARIANTS)]
     dense_min = {}
     if "min_ms" in ok:
         for (run_id, batch), group in ok[ok["variant"] == DENSE].groupby(["run_id", "batch"]):
@@ -287,7 +338,8 @@ def fit_rows(rows_df):
     out = []
     for key, group in frame.groupby(keys, sort=False, dropna=False):
         fields = dict(zip(keys, key))
-        series = [(DENSE, "median", group.get("rel_to_dense")), (COMPILE, "median", group.get("rel_to_compile"))]
+        series = [(DENSE, "median", group.get("rel_to_dense")), (COMPILE, "median", group.get("rel_to_compile")),
+                  (BEST_DENSE, "median", group.get("rel_to_best_dense"))]
         if (fields["run_id"], fields["batch"]) in dense_min:
             series.append((DENSE, "min", group["min_ms"] / dense_min[(fields["run_id"], fields["batch"])]))
         for baseline, statistic, values in series:
@@ -344,14 +396,16 @@ def run(opts: argparse.Namespace) -> tuple[list[dict], dict]:
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[opts.dtype]
     if opts.device == "cpu":
         torch.set_num_threads(opts.threads)
+    gpu = opts.device == "cuda"
+    graphs = gpu and not getattr(opts, "no_cuda_graphs", False)
     timer = _timer(opts, torch)
     dense, gate, (w1, b1, w2) = _build(opts, torch, dtype, device)
     hidden = opts.n_learners * opts.width
     rng = random.Random(opts.seed)
     torch_version, triton_version = _versions()
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{opts.device}-{opts.dtype}"
-    info = {"run_id": run_id, "compile_status": "not requested", "peak_tflops": math.nan}
-    peak = _gpu_peak_tflops(torch, timer) if opts.device == "cuda" else math.nan
+    info = {"run_id": run_id, "compile_status": "not requested", "peak_tflops": math.nan, "sync_check": ""}
+    peak = _gpu_peak_tflops(torch, timer) if gpu else math.nan
     info["peak_tflops"] = peak
 
     compiled = None
@@ -371,12 +425,18 @@ def run(opts: argparse.Namespace) -> tuple[list[dict], dict]:
             "dtype": opts.dtype, "tokens": opts.tokens, "d": opts.d, "n_learners": opts.n_learners,
             "width": opts.width, "activation": opts.activation, "main_batch": opts.main_batch,
             "threads": opts.threads if opts.device == "cpu" else math.nan, "rounds": opts.rounds,
-            "min_run_s": opts.min_run_s, "torch_version": torch_version, "triton_version": triton_version,
-            "git_sha": provenance.git_sha(), "git_dirty": provenance.git_dirty(), "command": "python -m bench kernels " + shlex.join(opts.argv),
+            "min_run_s": opts.min_run_s, "ideal_align": opts.ideal_align, "torch_version": torch_version,
+            "triton_version": triton_version, "git_sha": provenance.git_sha(), "git_dirty": provenance.git_dirty(),
+            "command": "python -m bench kernels " + shlex.join(opts.argv),
             "timestamp": provenance.timestamp(), "peak_tflops": peak}
     rows: list[dict] = []
     all_acm = [v for v in opts.variants if v in ACM_VARIANTS]
     best_acm = [v for v in ("acm_triton", "acm_sorted", "acm_naive", "acm_masked") if v in all_acm][:1]
+    prepared = None
+    if "acm_triton" in all_acm:
+        from bench.kernels.acm_triton import prepare_weights
+
+        prepared = prepare_weights(w1, b1, w2)  # laid out once, before any timing
     for batch in opts.batch:
         full = batch == opts.main_batch or opts.full_breakdown
         acm_variants = all_acm if full else best_acm
@@ -397,18 +457,19 @@ def run(opts: argparse.Namespace) -> tuple[list[dict], dict]:
                 rows.append({**base, "batch": batch, **fields, "status": info["compile_status"]})
         for f in opts.fractions:
             if IDEAL in opts.variants and full:
-                h = round(f * hidden)
-                narrow = _narrow(opts, torch, dense, h)
-                points[(IDEAL, f)] = ((lambda m=narrow: m(x)),
-                                      {"variant": IDEAL, "k_mode": NO_K_MODE, "fraction": f,
-                                       "executed_fraction": h / hidden, "gflop": 2 * T * 2 * opts.d * h / 1e9})
+                h = ideal_width(f, hidden, opts.ideal_align)
+                if (IDEAL, h) not in points:  # fractions that round to the same width share one point
+                    narrow = _narrow(opts, torch, dense, h)
+                    points[(IDEAL, h)] = ((lambda m=narrow: m(x)),
+                                          {"variant": IDEAL, "k_mode": NO_K_MODE, "fraction": f,
+                                           "executed_fraction": h / hidden, "gflop": 2 * T * 2 * opts.d * h / 1e9})
             for mode in k_modes:
                 gen = torch.Generator().manual_seed(opts.seed * 1000 + batch * 17 + int(round(f * 100)))
                 k = random_k(T, opts.n_learners, f, gen, mode=mode, device=device)
                 executed = float(k.double().mean()) / opts.n_learners
                 flop = 2 * 2 * int(k.sum()) * opts.width * opts.d + _gate_flop(opts, T)
                 for variant in acm_variants:
-                    impl = _acm_fn(variant)
+                    impl = _acm_fn(variant, prepared, getattr(opts, "triton_gather", "once"))
                     if variant == "acm_masked":
                         flop_v = 2 * 2 * T * hidden * opts.d + _gate_flop(opts, T)
                     else:
@@ -421,12 +482,22 @@ def run(opts: argparse.Namespace) -> tuple[list[dict], dict]:
                     points[(variant, mode, f)] = (acm_forward, {
                         "variant": variant, "k_mode": mode, "fraction": f, "executed_fraction": executed,
                         "gflop": flop_v / 1e9})
-        samples: dict[tuple, list[float]] = {key: [] for key in points}
+        triton_config = ""
         with torch.inference_mode():
             for fn, _ in points.values():  # warm-up (allocator, autotuning, lazy init)
                 fn()
-            if opts.device == "cuda":
+            if gpu:
                 torch.cuda.synchronize()
+                triton_config = _triton_config(all_acm)
+                if "acm_triton" in acm_variants and not info["sync_check"]:
+                    from bench.kernels.graphs import host_sync_free
+
+                    key = next(key for key in points if key[0] == "acm_triton")
+                    info["sync_check"] = host_sync_free(points[key][0])
+            if graphs:
+                _add_graph_points(points, rows, base, batch)
+        samples: dict[tuple, list[float]] = {key: [] for key in points}
+        with torch.inference_mode():
             order = list(points)
             dense_repeats = max(1, len(order) // 8)
             for r in range(opts.rounds):
@@ -439,11 +510,36 @@ def run(opts: argparse.Namespace) -> tuple[list[dict], dict]:
                       f"{time.perf_counter() - start:.1f} s", flush=True)
         for key, (_, fields) in points.items():
             med, iqr = _median_iqr(samples[key])
+            config = triton_config if base_variant(fields["variant"]) == "acm_triton" else ""
             rows.append({**base, "batch": batch, **fields, "median_ms": med * 1e3, "iqr_ms": iqr * 1e3,
-                         "min_ms": min(samples[key]) * 1e3,
-                         "n_samples": len(samples[key]), "status": "ok"})
+                         "min_ms": min(samples[key]) * 1e3, "n_samples": len(samples[key]),
+                         "triton_config": config, "status": "ok"})
         del points, samples, x
     return rows, info
+
+
+def _triton_config(variants: list[str]) -> str:  # pragma: no cover - needs a GPU
+    if "acm_triton" not in variants:
+        return ""
+    from bench.kernels.acm_triton import chosen_configs
+
+    chosen = chosen_configs()
+    return f"up {chosen['up']}; down {chosen['down']}"
+
+
+def _add_graph_points(points: dict, rows: list[dict], base: dict, batch: int) -> None:  # pragma: no cover - CUDA
+    """Add a CUDA-graph replay point ``<variant>@graph`` for every capturable point (after warm-up)."""
+    from bench.kernels.graphs import capture
+
+    for key, (fn, fields) in list(points.items()):
+        if fields["variant"] not in CAPTURABLE:
+            continue
+        graph_fields = {**fields, "variant": fields["variant"] + GRAPH}
+        try:
+            points[(key, GRAPH)] = (capture(fn), graph_fields)
+        except Exception as err:  # recorded, not raised
+            rows.append({**base, "batch": batch, **graph_fields,
+                         "status": f"capture failed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"})
 
 
 def _finish_rows(rows: list[dict]):
@@ -451,9 +547,10 @@ def _finish_rows(rows: list[dict]):
 
     columns = ["run_id", "device", "device_name", "dtype", "batch", "main_batch", "tokens", "d", "n_learners",
                "width", "activation", "k_mode", "variant", "fraction", "executed_fraction", "median_ms",
-               "iqr_ms", "min_ms", "n_samples", "rel_to_dense", "rel_to_compile", "gflop", "achieved_tflops",
-               "peak_tflops", "threads", "rounds", "min_run_s", "status", "torch_version", "triton_version",
-               "git_sha", "git_dirty", "command", "timestamp"]
+               "iqr_ms", "min_ms", "n_samples", "rel_to_dense", "rel_to_compile", "rel_to_best_dense", "gflop",
+               "achieved_tflops", "peak_tflops", "pct_of_peak", "triton_config", "ideal_align", "threads",
+               "rounds", "min_run_s", "status", "torch_version", "triton_version", "git_sha", "git_dirty",
+               "command", "timestamp"]
     frame = pd.DataFrame(rows)
     for column in columns:
         if column not in frame:
@@ -461,11 +558,15 @@ def _finish_rows(rows: list[dict]):
     frame = frame[columns]
     for batch, idx in frame.groupby("batch").groups.items():
         sub = frame.loc[idx]
-        dense = sub.loc[(sub["variant"] == DENSE) & (sub["status"] == "ok"), "median_ms"]
-        comp = sub.loc[(sub["variant"] == COMPILE) & (sub["status"] == "ok"), "median_ms"]
+        ok = sub["status"] == "ok"
+        dense = sub.loc[(sub["variant"] == DENSE) & ok, "median_ms"]
+        comp = sub.loc[(sub["variant"] == COMPILE) & ok, "median_ms"]
+        best = sub.loc[sub["variant"].map(base_variant).isin([DENSE, COMPILE]) & ok, "median_ms"]
         frame.loc[idx, "rel_to_dense"] = sub["median_ms"] / dense.iloc[0] if len(dense) else math.nan
         frame.loc[idx, "rel_to_compile"] = sub["median_ms"] / comp.iloc[0] if len(comp) else math.nan
+        frame.loc[idx, "rel_to_best_dense"] = sub["median_ms"] / best.min() if len(best) else math.nan
     frame["achieved_tflops"] = frame["gflop"] / frame["median_ms"]  # GFLOP / ms = TFLOP/s
+    frame["pct_of_peak"] = 100.0 * frame["achieved_tflops"] / frame["peak_tflops"]
     return frame
 
 
@@ -511,14 +612,26 @@ def _print_summary(frame, fits, info, seconds: float) -> None:
     print(f"dense_compile: {info['compile_status']}")
     if np.isfinite(info.get("peak_tflops", math.nan)):
         print(f"dense GEMM peak (bf16 8192^3): {info['peak_tflops']:.0f} TFLOP/s")
-    dense = frame[frame["variant"].isin([DENSE, COMPILE]) & (frame["status"] == "ok")]
+    if info.get("sync_check"):
+        print(f"acm_triton under torch.cuda.set_sync_debug_mode('error'): {info['sync_check']}")
+    dense = frame[frame["variant"].map(base_variant).isin([DENSE, COMPILE]) & (frame["status"] == "ok")]
     for _, row in dense.iterrows():
-        print(f"batch {row['batch']:>4} {row['variant']:<14} {row['median_ms']:9.3f} ms "
+        print(f"batch {row['batch']:>4} {row['variant']:<20} {row['median_ms']:9.3f} ms "
               f"(IQR {row['iqr_ms']:.3f})")
-    print(f"{'batch':>5} {'k_mode':>6} {'variant':<13} {'vs':<13} {'stat':<6} {'a':>7} {'b':>6} {'R2':>6} "
+    if "triton_config" in frame:
+        for batch, config in frame.loc[frame["triton_config"].fillna("") != "", ["batch", "triton_config"]] \
+                .drop_duplicates().itertuples(index=False):
+            print(f"batch {batch:>4} acm_triton tiles (M x N x K, warps, stages): {config}")
+    peak = frame.get("pct_of_peak")
+    if peak is not None and peak.notna().any():
+        for _, row in frame[peak.notna() & frame["variant"].map(base_variant).isin(["acm_triton", DENSE])
+                            & np.isclose(frame["fraction"], 1.0)].iterrows():
+            print(f"batch {row['batch']:>4} {row['variant']:<20} f=1: {row['achieved_tflops']:.0f} TFLOP/s, "
+                  f"{row['pct_of_peak']:.0f}% of the measured GEMM peak")
+    print(f"{'batch':>5} {'k_mode':>6} {'variant':<19} {'vs':<13} {'stat':<6} {'a':>7} {'b':>6} {'R2':>6} "
           f"{'maxres':>7} {'T(.25)':>7} {'T(1)':>6}")
     for _, r in fits.iterrows():
-        print(f"{r['batch']:>5} {r['k_mode']:>6} {r['variant']:<13} {r['baseline']:<13} {r['statistic']:<6} "
+        print(f"{r['batch']:>5} {r['k_mode']:>6} {r['variant']:<19} {r['baseline']:<13} {r['statistic']:<6} "
               f"{r['intercept']:7.3f} {r['slope']:6.3f} {r['r2']:6.3f} {r['max_residual']:7.3f} "
               f"{r['t025_rel']:7.3f} {r['t1_rel']:6.3f}")
     if (frame["device"] == "cpu").all():
@@ -530,6 +643,16 @@ def _print_summary(frame, fits, info, seconds: float) -> None:
                    and r["r2"] >= t["min_r2"])
             print(f"CPU target ({t['variant']}, batch {t['batch']}, {r['k_mode']}): a ≤ {t['max_intercept']}, "
                   f"b in {t['slope']}, R² ≥ {t['min_r2']}: {'MET' if met else 'NOT MET'}")
+    if (frame["device"] == "cuda").all():
+        t = GPU_TARGET
+        sel = fits[(fits["variant"].map(base_variant) == t["variant"]) & (fits["batch"] == t["batch"])
+                   & (fits["baseline"] == BEST_DENSE) & (fits["statistic"] == "median") & (fits["k_mode"] == "iid")]
+        for _, r in sel.iterrows():
+            met = (r["t1_rel"] <= t["max_t1"] and r["t025_rel"] <= t["max_t025"]
+                   and r["intercept"] <= t["max_intercept"] and r["r2"] >= t["min_r2"])
+            print(f"GPU target ({r['variant']}, batch {t['batch']}, k iid, vs the fastest dense): T(1) ≤ "
+                  f"{t['max_t1']}, T(0.25) ≤ {t['max_t025']}, a ≤ {t['max_intercept']}, R² ≥ {t['min_r2']}: "
+                  f"{'MET' if met else 'NOT MET'}")
     print(f"total {seconds:.0f} s")
 
 
@@ -550,7 +673,7 @@ def load_kernel_rows(results_dir: Path | str = "results"):
 _COLOURS = {"acm_naive": "tab:orange", "acm_sorted": "tab:blue", "acm_triton": "tab:red",
             "acm_masked": "tab:gray", IDEAL: "tab:green", COMPILE: "tab:purple"}
 _LABELS = {"acm_naive": "ACM (naive)", "acm_sorted": "ACM (sorted, PyTorch)", "acm_triton": "ACM (Triton)",
-           "acm_masked": "ACM (masked)", IDEAL: "narrow dense MLP (ideal)", COMPILE: "dense MLP (torch.compile)"}
+           "acm_masked": "ACM (masked)", IDEAL: "narrow dense MLP (ideal, aligned width)", COMPILE: "dense MLP (torch.compile)"}
 
 
 def plot_kernel_rows(rows_df, path: Path | str) -> Path:
@@ -591,19 +714,25 @@ def plot_kernel_rows(rows_df, path: Path | str) -> Path:
     if len(ideal):
         ax.plot(ideal["executed_fraction"], ideal["rel_to_dense"], color=_COLOURS[IDEAL], lw=1.5, marker="s",
                 ms=3, label=_LABELS[IDEAL])
-    for variant in ACM_VARIANTS:
+    ideal_graph = main[main["variant"] == IDEAL + GRAPH].sort_values("executed_fraction")
+    if len(ideal_graph):
+        ax.plot(ideal_graph["executed_fraction"], ideal_graph["rel_to_dense"], color=_COLOURS[IDEAL], lw=1,
+                ls=":", marker="s", ms=2, label=_LABELS[IDEAL] + " (CUDA graph)")
+    for variant in list(ACM_VARIANTS) + [v + GRAPH for v in ACM_VARIANTS]:
         for mode, sub in main[main["variant"] == variant].groupby("k_mode"):
-            colour = _COLOURS[variant]
+            colour = _COLOURS[base_variant(variant)]
             hollow = mode == "equal"
+            graphed = variant.endswith(GRAPH)
             fit = fit_line(sub["executed_fraction"], sub["rel_to_dense"])
-            several = main.loc[main["variant"].isin(ACM_VARIANTS), "k_mode"].nunique() > 1
-            label = f"{_LABELS[variant]}" + (f" [k {mode}]" if several else "")
-            ax.scatter(sub["executed_fraction"], sub["rel_to_dense"], s=28, zorder=3,
+            several = main.loc[main["variant"].map(base_variant).isin(ACM_VARIANTS), "k_mode"].nunique() > 1
+            label = f"{_LABELS[base_variant(variant)]}" + (" (CUDA graph)" if graphed else "") + \
+                (f" [k {mode}]" if several else "")
+            ax.scatter(sub["executed_fraction"], sub["rel_to_dense"], s=28, zorder=3, marker="D" if graphed else "o",
                        facecolors="none" if hollow else colour, edgecolors=colour,
                        label=f"{label}: a={fit['intercept']:.3f}, b={fit['slope']:.2f}, R²={fit['r2']:.3f}")
             if np.isfinite(fit["slope"]):
                 ax.plot(grid, fit["intercept"] + fit["slope"] * grid, color=colour, lw=1,
-                        ls="--" if not hollow else (0, (1, 2)))
+                        ls=(0, (1, 2)) if hollow else ("-." if graphed else "--"))
     ax.set_xlabel("executed fraction of learners (FLOPs relative to dense MLP)")
     ax.set_ylabel("wall time relative to dense MLP (eager)")
     ax.set_xlim(-0.02, 1.02)

@@ -58,6 +58,7 @@ SPEC = register_method(MethodSpec(
                 "pre-training, end-to-end with budget/entropy/diversity losses",
     knob="beta_target",
     knob_kind="train",
-    support=requires_backbone("encoder", "ACM replaces transformer MLPs/projections; this task's backbone has none"),
+    support=requires_backbone(("encoder", "encoder-decoder"),
+                              "ACM replaces transformer MLPs/projections; this task's backbone has none"),
     test_overrides=("acm.min_distill_steps=2", "acm.min_gate_steps=2"),
 ))

@@ -133,9 +133,9 @@ class ACMMethod(Method):
     # --- build ----------------------------------------------------------------------------------------
     def build(self) -> nn.Module:
         base = self.run.base_model(self.task)
-        if not isinstance(base, skeleton.Encoder):
-            raise UserError(f"acm needs a skeleton Encoder backbone; task {self.task.name} built "
-                            f"{type(base).__name__}")
+        if not isinstance(base, skeleton.Encoder) and not hasattr(base, "encoder"):
+            raise UserError(f"acm needs a skeleton Encoder or encoder-decoder backbone; task {self.task.name} "
+                            f"built {type(base).__name__}")
         dense = copy.deepcopy(base).eval()
         for p in dense.parameters():
             p.requires_grad_(False)
@@ -243,9 +243,12 @@ class ACMMethod(Method):
         return [float(self.cfg.beta_target)]
 
     def sample_macs(self, model: nn.Module, batch: Batch) -> Tensor:
-        return M.sample_macs(model)
+        logged = getattr(model, "last_sample_macs", None)  # a decoding model's per-sentence ledger
+        return logged.double() if logged is not None else M.sample_macs(model)
 
     def sample_columns(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
+        if getattr(model, "last_sample_macs", None) is not None:
+            return {}  # decoding: the ACMs' last calls are the last step's, not per sentence
         layers = M.acm_layers(model)
         ks = [layer.last_k for layer in layers]
         return {"acm_learners": M.mean_learners(ks), "acm_fraction": M.compute_fraction(layers, ks).float()}

@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bench.kernels.acm_torch import acm_masked, acm_naive, acm_sorted
-from bench.models.transformer import MLP, Attention, Encoder, _module_macs, attention_core_macs, linear_macs
+from bench.models.transformer import MLP, Attention, Block, Encoder, _module_macs, attention_core_macs, linear_macs
 
 PROJECTIONS = ("q", "k", "v", "o")
 
@@ -160,6 +160,12 @@ class ACM(nn.Module):
         """MACs of one learner on one token: d·w (up) + w·d (down)."""
         return 2 * self.d * self.width
 
+    def row_macs(self) -> Tensor:
+        """Per-row MACs of the last forward (rows = the input's leading dimension): the gate on every token
+        plus k learners per token (the cost ledger of a decoding model charges these to sentences)."""
+        k = self.last_k.reshape(self.last_k.shape[0], -1) if self.last_k.dim() else self.last_k.reshape(1, 1)
+        return k.double().sum(dim=1) * self.learner_macs() + float(k.shape[1] * self.gate.macs_per_token())
+
     # --- forward ----------------------------------------------------------------------------------
     def forward(self, z: Tensor) -> Tensor:
         lead = z.shape[:-1]
@@ -226,37 +232,43 @@ class ACM(nn.Module):
 
 
 # --- conversion ---------------------------------------------------------------------------------------
-def acmize(model: Encoder, settings: ACMSettings) -> dict[str, ACM]:
-    """Replace, in place, every ``blocks[i].mlp`` and (``modules="all"``) every ``blocks[i].attn.{q,k,v,o}``
-    of a skeleton Encoder by a freshly initialised ACM; returns {module path: ACM} in forward order.
-    Attention matmuls, norms, embedding and head are untouched."""
+def acmize(model: nn.Module, settings: ACMSettings) -> dict[str, ACM]:
+    """Replace, in place, every skeleton Block's ``mlp`` and (``modules="all"``) its ``attn.{q,k,v,o}``
+    (and, in a decoder block, its cross-attention ``cross.{q,k,v,o}``) by a freshly initialised ACM, in a
+    skeleton Encoder or encoder–decoder; returns {module path: ACM} in forward order.  Attention matmuls,
+    norms, embedding and head are untouched."""
     if settings.modules not in ("all", "mlp"):
         raise ValueError(f"modules must be 'all' or 'mlp', not {settings.modules!r}")
     n = settings.n_learners
     layers: dict[str, ACM] = {}
-    for i, block in enumerate(model.blocks):
+    blocks = [(path, m) for path, m in model.named_modules() if isinstance(m, Block)]
+    if not blocks:
+        raise TypeError("the model has no skeleton Block to ACMize")
+    for path, block in blocks:
         attn = block.attn
         if not isinstance(attn, Attention) or not isinstance(block.mlp, MLP):
-            raise TypeError(f"blocks.{i} is not a skeleton Block (attn/mlp already replaced?)")
+            raise TypeError(f"{path} is not a skeleton Block (attn/mlp already replaced?)")
         d = attn.d_model
         hidden = settings.gate_hidden or auto_gate_hidden(d, block.mlp.fc1.out_features, n, settings.modules)
         common = dict(gate_hidden=hidden, gate_activation=settings.gate_activation,
                       output_bias=settings.keep_output_bias)
         if settings.modules == "all":
             rank = projection_rank(d, n)
-            for name in PROJECTIONS:
-                dense: nn.Linear = getattr(attn, name)
-                acm = ACM(d, n, rank, "none", min_k=1, **common)
-                _copy_bias(acm, dense.bias)
-                setattr(attn, name, acm)
-                layers[f"blocks.{i}.attn.{name}"] = acm
+            attentions = [("attn", attn)] + ([("cross", block.cross)] if hasattr(block, "cross") else [])
+            for attn_name, module in attentions:
+                for name in PROJECTIONS:
+                    dense: nn.Linear = getattr(module, name)
+                    acm = ACM(d, n, rank, "none", min_k=1, **common)
+                    _copy_bias(acm, dense.bias)
+                    setattr(module, name, acm)
+                    layers[f"{path}.{attn_name}.{name}"] = acm
         mlp = block.mlp
         width = max(1, round(mlp.fc1.out_features / n))
         activation = "gelu" if isinstance(mlp.act, nn.GELU) else "relu"
         acm = ACM(d, n, width, activation, min_k=0, **common)
         _copy_bias(acm, mlp.fc2.bias)
         block.mlp = acm
-        layers[f"blocks.{i}.mlp"] = acm
+        layers[f"{path}.mlp"] = acm
     # forward order within a block: q, k, v (same input), o, then the MLP
     return layers
 

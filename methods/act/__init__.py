@@ -15,9 +15,14 @@ class ActConfig:
 
 
 def _support(task, task_cfg):
-    if set(task.backbones(task_cfg)) & {"rnn", "encoder"}:
+    backbones = set(task.backbones(task_cfg))
+    if "token-outputs" in backbones:
+        return ("ACT's encoder ponders a shared block and reads the class token; tasks that read every "
+                "token's output (e.g. CTC) are not implemented")
+    if backbones & {"rnn", "encoder"}:
         return None
-    return "ACT needs a recurrent cell or an encoder whose shared block can be pondered"
+    return ("ACT needs a recurrent cell or an encoder whose shared block can be pondered (not implemented for "
+            "an encoder-decoder's decoding steps)")
 
 
 SPEC = register_method(MethodSpec(

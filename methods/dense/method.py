@@ -14,7 +14,11 @@ from bench.api import Batch, Method
 
 
 def analytic_macs(model: nn.Module, batch: Batch) -> Tensor:
-    """Per-sample MACs of a dense backbone on ``batch`` (constant per sample for fixed-size inputs)."""
+    """Per-sample MACs of a dense backbone on ``batch`` (constant per sample for fixed-size inputs; a
+    decoding model charges each sentence what its search executed: ``last_sample_macs``)."""
+    logged = getattr(model, "last_sample_macs", None)
+    if logged is not None:
+        return logged.double()
     if hasattr(model, "macs_per_sample"):
         value = model.macs_per_sample()
     else:

@@ -38,7 +38,8 @@ SPEC = register_method(MethodSpec(
                 "experts per token (grouped real path)",
     knob="k",
     knob_kind="eval",
-    support=requires_backbone("encoder", "MoEfication splits the MLPs of the shared transformer encoder; this task builds no encoder"),
+    support=requires_backbone(("encoder", "encoder-decoder"),
+                              "MoEfication splits the MLPs of the shared transformer; this task builds none"),
     test_overrides=("moefication.experts=4", "moefication.k_values=[1,2]", "moefication.total_steps=10",
                     "moefication.kmeans_iters=10"),
 ))

@@ -136,6 +136,11 @@ class MoEMLP(nn.Module):
         """MACs of one (token, expert) pair: d·m (fc1 slice) + m·d (fc2 slice)."""
         return self.expert_size * (self.fc1.in_features + self.fc2.out_features)
 
+    def row_macs(self) -> Tensor:
+        """Per-row MACs of the last forward (rows = the input's leading dimension): the router on every
+        token plus one pair's MACs per (token, expert) executed (a decoding model's cost ledger)."""
+        return self.last_pairs.double() * self.pair_macs() + float(self.fixed_macs(self.last_tokens))
+
     def fixed_macs(self, tokens: int) -> int:
         """MACs that run whatever the routing: the router on every token (routed modes only)."""
         return 0 if self.mode == "dense" else self.router.macs(tokens)

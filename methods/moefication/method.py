@@ -186,7 +186,12 @@ class Moefication(Method):
 
     # --- cost ---------------------------------------------------------------------------------
     def sample_macs(self, model: nn.Module, batch: Batch) -> Tensor:
-        """Fixed part (embed, attention + projections, head, routers on every token) + Σ_layers pairs·2dm."""
+        """Fixed part (embed, attention + projections, head, routers on every token) + Σ_layers pairs·2dm.
+        A decoding model (encoder–decoder) charges every executed module to its sentence while decoding,
+        the MoE MLPs through their logged expert pairs (``MoEMLP.row_macs``)."""
+        logged = getattr(model, "last_sample_macs", None)
+        if logged is not None:
+            return logged.double()
         moes = moe_layers(model)
         tokens = moes[0].last_tokens
         fixed = model.macs(tokens) - sum(m.macs(tokens) for m in moes) + sum(m.fixed_macs(tokens) for m in moes)

@@ -1,0 +1,72 @@
+"""The ACM forward paths as PyTorch operators: ``torch.ops.bench.acm_triton`` and ``torch.ops.bench.acm_sorted``.
+
+Why operators (``torch.library.custom_op``):
+
+- **The MAC counter sees them.**  ``torch.utils.flop_counter.FlopCounterMode`` (under :mod:`bench.cost`)
+  counts aten ops; a Triton launch is invisible to it.  An operator is dispatched like an aten op, and
+  :func:`_acm_flop` is registered for both operators with ``register_flop_formula(get_raw=True)``: it
+  receives the actual arguments and returns 2 FLOPs × 2·w·d MACs per executed learner, from the executed
+  k (clamped to [0, N] exactly as the kernels clamp).  ``k.sum()`` is read back to the host *inside the
+  counting phase only*: the formula runs only while a FlopCounterMode is active, never on a timed call.
+  The counter therefore matches the decision log (Σ k·(2·w·d) per layer) on both paths; tests check it.
+- **torch.compile** traces each operator as one opaque node through its fake (meta) implementation
+  (output: a new tensor of x's shape and dtype), so neither the sorted path's host sync nor the Triton
+  launch breaks the graph.  ``torch.library.opcheck`` checks the registrations.
+- **CUDA graphs**: ``acm_triton`` has no host sync by construction (see :mod:`bench.kernels.acm_triton`);
+  ``acm_sorted`` reads group sizes back to the host and cannot be captured.
+
+Neither operator has an autograd formula: both are inference paths (the ACM layer trains through the
+masked or ``acm_naive`` paths).  Weights of ``acm_triton`` are [K, N] operands (``w_up`` = W1ᵀ,
+``w_down`` = W2ᵀ, any strides); ``acm_sorted`` takes nn.Linear weights as the PyTorch paths do.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torch.utils.flop_counter import register_flop_formula
+
+from bench.kernels.acm_torch import acm_sorted
+
+
+@torch.library.custom_op("bench::acm_triton", mutates_args=())
+def acm_triton_op(x: Tensor, k: Tensor, w_up: Tensor, b1: Optional[Tensor], w_down: Tensor, width: int,
+                  activation: str, gather_x: bool) -> Tensor:
+    """Triton ACM forward; weights as [K, N] operands (w_up [d, N·w], w_down [N·w, d])."""
+    from bench.kernels.acm_triton import acm_triton_forward
+
+    return acm_triton_forward(x, k, w_up, b1, w_down, width, activation, gather_x)
+
+
+@acm_triton_op.register_fake
+def _acm_triton_fake(x, k, w_up, b1, w_down, width, activation, gather_x):
+    return x.new_empty(x.shape)
+
+
+@torch.library.custom_op("bench::acm_sorted", mutates_args=())
+def acm_sorted_op(x: Tensor, k: Tensor, w1: Tensor, b1: Optional[Tensor], w2: Tensor, width: int,
+                  activation: str) -> Tensor:
+    """The sorted PyTorch ACM forward (nn.Linear weights) as one operator."""
+    return acm_sorted(x, k, w1, b1, w2, width, activation)
+
+
+@acm_sorted_op.register_fake
+def _acm_sorted_fake(x, k, w1, b1, w2, width, activation):
+    return x.new_empty(x.shape)
+
+
+def executed_macs(k: Tensor, width: int, d: int, n_learners: int) -> int:
+    """MACs of one ACM forward: Σ_t k_t (clamped to [0, N]) × 2·w·d (up and down GEMMs).  Host sync."""
+    return int(k.clamp(0, n_learners).sum()) * 2 * width * d
+
+
+@register_flop_formula(torch.ops.bench.acm_triton, get_raw=True)
+def _acm_triton_flop(x, k, w_up, b1, w_down, width, activation, gather_x, out_val=None, **kwargs) -> int:
+    return 2 * executed_macs(k, width, x.shape[1], w_up.shape[1] // width)
+
+
+@register_flop_formula(torch.ops.bench.acm_sorted, get_raw=True)
+def _acm_sorted_flop(x, k, w1, b1, w2, width, activation, out_val=None, **kwargs) -> int:
+    return 2 * executed_macs(k, width, x.shape[1], w1.shape[0] // width)

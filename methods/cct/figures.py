@@ -1,0 +1,109 @@
+"""CCT figure: gate usage by layer and unit at every budget, from committed rows only.
+
+``python -m methods.cct.figures [--task imagenet] [--results-dir results] [--reports-dir reports]``
+reads every ``cct`` row of the task and its per-sample file (columns ``use_l<layer>_<unit>`` = share of
+the sample's tokens that ran the unit: kv = K/V projections, att = the attention sublayer, ffn<i> =
+FFN slice i) and writes
+
+- ``cct_gate_usage_<task>.png``: one heatmap per budget (layers × units, seeds pooled), titled with the
+  realised share of the gated cost and top-1;
+- ``cct_gate_usage_<task>.csv``: the table behind it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from bench import results
+
+COLUMN = re.compile(r"use_l(\d+)_(\w+)")
+
+
+def table(results_dir: Path, task: str) -> pd.DataFrame:
+    rows = results.load(results_dir)
+    rows = rows[(rows["task"] == task) & (rows["method"] == "cct")]
+    records = []
+    for row in rows.itertuples(index=False):
+        try:
+            samples = results.load_samples(results_dir, row.task, row.method, row.run_id)
+        except FileNotFoundError:
+            continue
+        for column in samples.columns:
+            match = COLUMN.fullmatch(column)
+            if match:
+                records.append({"dataset": row.dataset, "budget": float(row.knob_value), "seed": row.seed,
+                                "layer": int(match.group(1)), "unit": match.group(2),
+                                "usage": float(samples[column].mean()),
+                                "gated_fraction": float(samples["gated_fraction"].mean()),
+                                "quality": float(row.quality), "cost_pct_dense": float(row.cost_pct_dense)})
+    if not records:
+        return pd.DataFrame()
+    data = pd.DataFrame(records)
+    return (data.groupby(["dataset", "budget", "layer", "unit"], as_index=False)
+            .agg(usage=("usage", "mean"), gated_fraction=("gated_fraction", "mean"), quality=("quality", "mean"),
+                 cost_pct_dense=("cost_pct_dense", "mean"), seeds=("seed", "nunique")))
+
+
+def _unit_order(units) -> list[str]:
+    return sorted(units, key=lambda u: (0 if u == "kv" else 1 if u == "att" else 2, u))
+
+
+def draw(results_dir: Path, reports_dir: Path, task: str) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bench.report_plots import save_figure
+
+    data = table(results_dir, task)
+    if data.empty:
+        return []
+    budgets = sorted(data["budget"].unique(), reverse=True)
+    units = _unit_order(data["unit"].unique())
+    fig, axes = plt.subplots(1, len(budgets), figsize=(3.4 * len(budgets) + 1.2, 4.0), squeeze=False)
+    image = None
+    for ax, budget in zip(axes[0], budgets):
+        part = data[data["budget"] == budget]
+        grid = part.pivot(index="layer", columns="unit", values="usage")[units]
+        image = ax.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        for (i, j), value in pd.DataFrame(grid.to_numpy()).stack().items():
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                    color="white" if value < 0.6 else "black")
+        ax.set_xticks(range(len(units)), units, fontsize=8)
+        ax.set_yticks(range(len(grid.index)), [f"layer {i + 1}" if ax is axes[0][0] else "" for i in grid.index],
+                      fontsize=8)
+        first = part.iloc[0]
+        ax.set_title(f"budget p={budget:g}: gated units ran {first['gated_fraction']:.2f}\n"
+                     f"{first['cost_pct_dense']:.0f}% of dense MACs, top-1 {first['quality']:.3f}", fontsize=8)
+    fig.colorbar(image, cax=fig.add_axes((0.89, 0.12, 0.012, 0.6)), label="share of tokens that ran the unit")
+    seeds = int(data["seeds"].max())
+    fig.suptitle(f"CCT gate usage by layer and unit (kv = K/V projections, att = attention sublayer, ffn<i> = "
+                 f"FFN slice i)\n{task}: {data['dataset'].iloc[0]}; {seeds} seed{'s' if seeds > 1 else ''} pooled",
+                 fontsize=9)
+    fig.subplots_adjust(top=0.74, bottom=0.1, left=0.06, right=0.86, wspace=0.15)
+    reports_dir.mkdir(parents=True, exist_ok=True)
+    path = reports_dir / f"cct_gate_usage_{task}.png"
+    save_figure(fig, path)
+    plt.close(fig)
+    csv = reports_dir / f"cct_gate_usage_{task}.csv"
+    results.atomic_write_frame(csv, data)
+    return [path, csv]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="imagenet")
+    parser.add_argument("--results-dir", type=Path, default=Path("results"))
+    parser.add_argument("--reports-dir", type=Path, default=Path("reports"))
+    args = parser.parse_args()
+    for path in draw(args.results_dir, args.reports_dir, args.task):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Method ``cct``: convert the task's dense base model to a CCT and train one model for every budget.
+
+Training (paper §2.2, §3): start from the cached dense base model (the dense MLP is split into the M
+slices; new LayerNorms calibrated on one batch, gates initialised on), then ``method_steps`` steps
+(the budget every method gets on top of the base model) with the task's optimiser settings.  Each sample
+draws a budget uniformly from ``cct.budgets`` (repeats weight a value); its symbol's embedding is added
+to every token; the loss is task loss + λ·Σ_i |C_budget,i − C_util,i| / C_budget,i over the budget groups
+of the batch.  Gate noise α rises linearly from 0 to ``alpha_max`` over the steps.  Budget draws and gate
+noise come from generators seeded by (seed, step), so an interrupted run resumes exactly.
+
+Evaluation: one model, every distinct budget is one point (eval-time knob); the real path runs a unit
+iff its gate is ≥ 0.5; the cost is the realised usage (never the nominal p), control networks included.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+import bench.models.transformer as skeleton
+from bench import train
+from bench.api import Batch, Method
+from bench.errors import UserError
+from bench.run import code_version, plain
+from methods.cct import model as M
+
+
+class CCT(Method):
+    name = "cct"
+
+    def __init__(self, cfg, task, run):
+        super().__init__(cfg, task, run)
+        self.train_budgets = [float(p) for p in cfg.budgets]
+        if not self.train_budgets:
+            raise UserError("cct.budgets is empty; give at least one budget in (0, 1], e.g. [1.0,0.5]")
+        self.points = sorted(set(self.train_budgets), reverse=True)
+
+    def budget(self) -> dict[str, Any]:
+        base = self.task.base_budget()
+        steps = int(getattr(self.task.cfg, "method_steps", 0) or 0) or int(base["steps"])
+        return {"steps": steps, "batch_size": int(base["batch_size"]),
+                "lr": float(self.cfg.lr) or float(base["lr"]), "fit": dict(base.get("fit", {}))}
+
+    def build(self) -> nn.Module:
+        base = self.run.base_model(self.task)
+        if not isinstance(base, skeleton.Encoder):
+            raise UserError(f"cct needs a skeleton Encoder backbone; task {self.task.name} built "
+                            f"{type(base).__name__}")
+        torch.manual_seed(self.run.seed)
+        c = self.cfg
+        try:
+            model = M.CCTModel(base, len(self.points), int(c.slices), int(c.gate_hidden), float(c.gate_bias_init))
+        except ValueError as err:
+            raise UserError(f"cct.slices={c.slices}: {err}") from None
+        budget = self.budget()
+        model.calibrate(self.task.train_batch(0, budget["batch_size"]).x)
+        symbol_of = torch.tensor([self.points.index(p) for p in self.train_budgets])
+        values = torch.tensor(self.points, dtype=torch.float64)
+        state = {"step": 0}
+        steps, alpha_max, weight = budget["steps"], float(c.alpha_max), float(c.budget_weight)
+
+        def batch_fn(step: int) -> Batch:
+            state["step"] = step
+            return self.task.train_batch(step, budget["batch_size"])
+
+        def loss_fn(m: nn.Module, batch: Batch) -> Tensor:
+            generator = torch.Generator(device=batch.x.device)
+            generator.manual_seed(self.run.seed * 1_000_003 + state["step"])
+            draw = torch.randint(len(self.train_budgets), (len(batch),), generator=generator)
+            symbols = symbol_of[draw].to(batch.x.device)
+            m.alpha = alpha_max * state["step"] / max(1, steps - 1)
+            m.generator = generator
+            logits = m(batch.x, symbols)
+            return self.task.loss(logits, batch) + weight * m.budget_loss(symbols, values)
+
+        key = {"base": {"task": self.task.name, "cfg": plain(self.task.cfg), "seed": self.run.seed,
+                        "code": code_version(type(self.task), skeleton, train)},
+               "cct": plain(c), "budget": budget, "code": code_version(M, CCT)}
+        self.run.fit(model, batch_fn, loss_fn, owner="cct", name="cct", key=key, steps=steps, lr=budget["lr"],
+                     **budget["fit"])
+        model.alpha, model.generator = 0.0, None
+        model.real_path = True
+        model.eval()
+        return model
+
+    # --- knob ---------------------------------------------------------------------------------------
+    def knob_values(self) -> list[float]:
+        return list(self.points)
+
+    def set_knob(self, model: nn.Module, value: Any) -> None:
+        model.budget_index = self.points.index(float(value))
+
+    def sample_macs(self, model: nn.Module, batch: Batch) -> Tensor:
+        return model.sample_macs()
+
+    def sample_columns(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
+        """Realised share of the gated cost, and per (layer, unit) the share of tokens that ran it."""
+        columns = {"gated_fraction": model.gated_fraction().float()}
+        for i, block in enumerate(model.blocks):
+            d = block.last
+            columns[f"use_l{i}_kv"] = d.kv.float().mean(1)
+            columns[f"use_l{i}_att"] = d.q.float().mean(1)
+            for j in range(block.slices):
+                columns[f"use_l{i}_ffn{j}"] = d.ffn[..., j].float().mean(1)
+        return columns
+
+    def variant(self) -> str:
+        c = self.cfg
+        return (f"M={c.slices};h={c.gate_hidden};alpha=0->{c.alpha_max:g};lambda={c.budget_weight:g};"
+                f"budgets={','.join(f'{p:g}' for p in self.train_budgets)}")
+
+    def train_budget(self) -> str:
+        b = self.budget()
+        return f"{b['steps']} steps x batch {b['batch_size']} on the dense base model (lr {b['lr']:g})"

@@ -1,0 +1,46 @@
+"""Method ``dat``: the Depth-Adaptive Transformer (Elbayad et al. 2020), per-token decoder exits with a
+classifier after every decoder block (registration only; no torch here)."""
+
+from dataclasses import dataclass
+
+from bench.params import param
+from bench.registry import MethodSpec, register_method, requires_backbone
+
+
+@dataclass
+class DATConfig:
+    halting: str = param("geometric", choices=["geometric", "multinomial", "sequence", "confidence"],
+                         help="geometric: token geometric-like χ_n > τ; multinomial: token N-way softmax after "
+                              "block 1; sequence: N-way softmax on the mean encoder output; confidence: max "
+                              "probability of classifier C_n > τ (no halting unit to train)")
+    oracle: str = param("correctness", choices=["correctness", "likelihood"],
+                        help="exit oracle q*: correctness (C) or likelihood (LL) of every classifier")
+    lam: float = param(0.1, min=0.0, help="λ of the oracle argmax_n(score_n − λ·n) (training-time knob: larger "
+                                          "→ lower exits; the paper's best Tok-C: 0.1)")
+    sigma: float = param(0.0, min=0.0, help="RBF smoothing width σ of the oracle over time steps (0 = none)")
+    alpha: float = param(1.0, min=0.0, help="weight α of the exit loss in L_dec + α·L_exit")
+    aligned_fraction: float = param(0.5, min=0.0, max=1.0,
+                                    help="share of the budget trained aligned with α = 0 (paper: 50k updates "
+                                         "first); the rest trains with the exit loss")
+    lr: float = param(1e-3, min=0.0, help="peak learning rate of both stages (cosine; task warm-up capped at 10%)")
+    total_steps: int = param(0, min=0, help="training steps on top of the base model (0 = the task's method_steps)")
+    thresholds: list = param([0.2, 0.4, 0.6, 0.8], min=0.0, max=1.0,
+                             help="eval-time knob τ (geometric/confidence; the same τ at every block): one "
+                                  "decode per value on the one trained model")
+    fixed_exits: list = param([1, 2, 3, 6], min=1,
+                              help="also evaluate the aligned model with every token exiting at these blocks "
+                                   "(values above N are dropped; [] = none)")
+
+
+SPEC = register_method(MethodSpec(
+    name="dat",
+    config=DATConfig,
+    impl="methods.dat.method:DAT",
+    description="Depth-Adaptive Transformer: a classifier per decoder block, aligned training, exit loss "
+                "against a likelihood/correctness oracle, token/sequence halting, copied states",
+    knob="threshold",
+    knob_kind="eval",
+    support=requires_backbone("encoder-decoder", "DAT adapts the depth of a decoder; this task has no "
+                                                 "encoder-decoder backbone"),
+    test_overrides=("dat.thresholds=[0.5]", "dat.fixed_exits=[1]"),
+))

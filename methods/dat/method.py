@@ -1,0 +1,202 @@
+"""Method ``dat``: train the Depth-Adaptive Transformer on top of the task's dense encoder–decoder.
+
+Recipe (paper §2–3; reference/methods.md §5.3), with a stated budget on top of the dense base model
+(``total_steps``, default the task's ``method_steps``), batches continuing the task's training stream:
+1. ``aligned`` (``aligned_fraction`` of the budget; α = 0): the classifiers C_1..C_N (C_N = the dense
+   head, the others initialised from it) on every block's teacher-forced state, loss = the mean of the N
+   label-smoothed token NLLs (uniform weights: the paper's best, Appendix A).  One forward per step.
+2. ``exit`` (the rest): L_dec + α·L_exit, L_exit = cross-entropy between the halting distribution q_t
+   and the oracle q*_t = δ(argmax_n score_t^n − λ·n) (ties → lowest n), scores from the detached
+   classifier outputs: correctness 1[y_t = argmax C_n] or likelihood log p_n(y_t), RBF-smoothed over
+   time steps when σ > 0 (weights exp(−(t−t')²/(2σ²)) over the target's positions).  Sequence halting:
+   q* = δ(argmax_n Σ_t score_t^n − λ·n).  The exit loss back-propagates into the whole model (paper).
+   ``halting=confidence`` has no halting unit: the whole budget is aligned training.
+The paper does not give α; 1 is our default.  Both stages: Adam, the method's ``lr``, cosine schedule,
+the task's warm-up capped at 10% of the stage, gradient clipping from the task.
+
+Evaluation: the knob is the threshold τ (eval time: one model, one decode per τ) for geometric and
+confidence halting; multinomial and sequence halting take the argmax exit (knob value ``argmax``).
+``fixed_exits`` adds points where every token exits at block n (the aligned model cut at depth n; the
+paper's "aligned, fixed exit" rows).  Per-sentence MACs come from the decision log
+(:func:`methods.dat.model.sample_macs_from_log`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bench import train
+from bench.api import Batch, Method
+from bench.errors import UserError
+from bench.run import code_version
+from methods.dat import model as M
+
+OWNER = "dat"
+
+
+def rbf_smooth(scores: Tensor, valid: Tensor, sigma: float) -> Tensor:
+    """Σ_t' κ(t, t') score_t'^n over the valid positions, κ = exp(−(t−t')²/(2σ²)); scores [B, T, N]."""
+    if sigma <= 0:
+        return scores
+    t = torch.arange(scores.shape[1], device=scores.device, dtype=scores.dtype)
+    kernel = torch.exp(-((t[:, None] - t[None, :]) ** 2) / (2 * sigma * sigma))  # [T, T']
+    weights = kernel[None] * valid[:, None, :].to(scores.dtype)  # [B, T, T']
+    return torch.einsum("btu,bun->btn", weights, scores * valid[..., None].to(scores.dtype))
+
+
+def oracle(logits: list[Tensor], y: Tensor, valid: Tensor, *, kind: str, lam: float, sigma: float,
+           sequence: bool = False) -> Tensor:
+    """Oracle exit (0-based) per token [B, T] (sequence: per sentence [B, 1]) from detached classifier
+    outputs: argmax_n (score_n − λ·(n+1)), first maximum on ties (the lowest block)."""
+    with torch.no_grad():
+        if kind == "correctness":
+            scores = torch.stack([(lg.argmax(dim=-1) == y).to(torch.float64) for lg in logits], dim=-1)
+        else:
+            scores = torch.stack([torch.log_softmax(lg.double(), dim=-1).gather(-1, y.clamp_min(0)[..., None])[..., 0]
+                                  for lg in logits], dim=-1)
+        scores = rbf_smooth(scores, valid, sigma)
+        penalty = lam * torch.arange(1, len(logits) + 1, device=y.device, dtype=torch.float64)
+        if sequence:
+            total = (scores * valid[..., None].to(scores.dtype)).sum(dim=1, keepdim=True)
+            return (total - penalty).argmax(dim=-1)
+        return (scores - penalty).argmax(dim=-1)
+
+
+class DAT(Method):
+    name = "dat"
+
+    # --- budget ---------------------------------------------------------------------------------
+    def total_steps(self) -> int:
+        if int(self.cfg.total_steps):
+            return int(self.cfg.total_steps)
+        steps = getattr(self.task.cfg, "method_steps", None)
+        return int(steps) if steps is not None else int(self.task.base_budget()["steps"])
+
+    def plan(self) -> dict[str, int]:
+        total = self.total_steps()
+        if self.cfg.halting == "confidence":
+            return {"aligned": total, "exit": 0}
+        aligned = int(round(total * float(self.cfg.aligned_fraction)))
+        return {"aligned": aligned, "exit": total - aligned}
+
+    # --- losses ---------------------------------------------------------------------------------
+    def _aligned(self, logits: list[Tensor], batch: Batch) -> Tensor:
+        return torch.stack([self.task.loss(lg, batch) for lg in logits]).mean()
+
+    def _exit_loss(self, model: M.DATModel, logits, states, memory, mem_mask, batch: Batch) -> Tensor:
+        c = self.cfg
+        y = batch.y[:, : logits[0].shape[1]]
+        valid = y.ne(0)
+        sequence = model.halting == "sequence"
+        target = oracle(logits, y, valid, kind=str(c.oracle), lam=float(c.lam), sigma=float(c.sigma),
+                        sequence=sequence)
+        log_q = model.halting_log_q(states, memory, mem_mask)  # [B, T or 1, N]
+        nll = -log_q.gather(-1, target[..., None])[..., 0]
+        if sequence:
+            return nll.mean()
+        return (nll * valid).sum() / valid.sum().clamp_min(1)
+
+    # --- build ----------------------------------------------------------------------------------
+    def build(self) -> nn.Module:
+        import bench.models.transformer as skeleton
+
+        c = self.cfg
+        base = self.run.base_model(self.task)
+        if not hasattr(base, "decoder"):
+            raise UserError(f"dat needs an encoder–decoder backbone; task {self.task.name} built {type(base).__name__}")
+        torch.manual_seed(self.run.seed)
+        model = M.DATModel(base, str(c.halting))
+        budget = self.task.base_budget()
+        batch_size, base_steps = int(budget["batch_size"]), int(budget["steps"])
+        plan = self.plan()
+        extras = dict(budget.get("fit", {}))
+        upstream = {"task": self.task.name, "task_cfg": self.task.base_config(), "seed": self.run.seed,
+                    "base_code": code_version(type(self.task), skeleton, train)}
+        key = {**upstream, "stage": "aligned", "halting": str(c.halting), "steps": plan["aligned"],
+               "lr": float(c.lr), "code": code_version(M, DAT)}
+
+        def aligned_loss(m: nn.Module, batch: Batch) -> Tensor:
+            logits, _, _, _ = m.all_logits(batch.x)
+            return self._aligned(logits, batch)
+
+        if plan["aligned"]:
+            self._fit(model, aligned_loss, "aligned", key, plan["aligned"], base_steps, batch_size, extras)
+        if plan["exit"]:
+            key = {"upstream": key, "stage": "exit", "oracle": str(c.oracle), "lam": float(c.lam),
+                   "sigma": float(c.sigma), "alpha": float(c.alpha), "steps": plan["exit"]}
+            alpha = float(c.alpha)
+
+            def exit_loss(m: nn.Module, batch: Batch) -> Tensor:
+                logits, states, memory, mem_mask = m.all_logits(batch.x)
+                return self._aligned(logits, batch) + alpha * self._exit_loss(m, logits, states, memory,
+                                                                              mem_mask, batch)
+
+            name = f"exit-{c.halting}-{c.oracle}-l{c.lam:g}-s{c.sigma:g}-a{alpha:g}"
+            self._fit(model, exit_loss, name, key, plan["exit"], base_steps + plan["aligned"], batch_size, extras)
+        self.task.configure(model)
+        return model.eval()
+
+    def _fit(self, model, loss_fn, name, key, steps, offset, batch_size, extras) -> None:
+        extras = dict(extras)
+        if "warmup" in extras:
+            extras["warmup"] = min(int(extras["warmup"]), steps // 10)
+        self.run.fit(model, lambda step: self.task.train_batch(offset + step, batch_size), loss_fn, owner=OWNER,
+                     name=name, key=key, steps=steps, lr=float(self.cfg.lr), **extras)
+
+    # --- knob -----------------------------------------------------------------------------------
+    def _n_blocks(self) -> int:
+        return int(getattr(self.task.cfg, "dec_layers", 6))
+
+    def knob_values(self) -> list[Any]:
+        if self.cfg.halting in ("geometric", "confidence"):
+            values: list[Any] = [float(t) for t in self.cfg.thresholds]
+        else:
+            values = ["argmax"]
+        n = self._n_blocks()
+        values += [f"exit{int(k)}" for k in self.cfg.fixed_exits if int(k) <= n]
+        return values
+
+    def set_knob(self, model: nn.Module, value: Any) -> None:
+        if isinstance(value, str) and value.startswith("exit"):
+            model.fixed_exit = int(value[4:])
+            return
+        model.fixed_exit = None
+        if value != "argmax":
+            model.threshold = float(value)
+
+    # --- cost -----------------------------------------------------------------------------------
+    def sample_macs(self, model: nn.Module, batch: Batch) -> Tensor:
+        total, _ = M.sample_macs_from_log(model, model.log)
+        return total
+
+    def sample_columns(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
+        """avg_exit: mean exit block over the final hypothesis's tokens (the paper's AE); avg_exit_all: over
+        every decoded token of every hypothesis; exit_p<i>: the exit of the final hypothesis's token at
+        position i (0 = no token)."""
+        trace = model.last_trace  # [B, W]
+        tokens = trace.gt(0)
+        avg = (trace.double() * tokens).sum(1) / tokens.sum(1).clamp_min(1)
+        log = model.log
+        rows, exits = torch.cat(log.rows), torch.cat(log.exits).double()
+        count = torch.zeros(log.batch, dtype=torch.float64).index_add_(0, rows, torch.ones_like(exits))
+        total = torch.zeros(log.batch, dtype=torch.float64).index_add_(0, rows, exits)
+        columns = {"avg_exit": avg, "avg_exit_all": total / count.clamp_min(1)}
+        columns.update({f"exit_p{i}": trace[:, i] for i in range(trace.shape[1])})
+        return columns
+
+    def variant(self) -> str:
+        c = self.cfg
+        if c.halting == "confidence":
+            return "halting=confidence;aligned-uniform"
+        return (f"halting={c.halting};oracle={c.oracle};lam={c.lam:g};sigma={c.sigma:g};alpha={c.alpha:g};"
+                "aligned-uniform")
+
+    def train_budget(self) -> str:
+        plan = self.plan()
+        budget = self.task.base_budget()
+        return (f"aligned {plan['aligned']} + exit-loss {plan['exit']} steps x batch {budget['batch_size']} "
+                f"(lr {self.cfg.lr:g}) on top of the base model ({budget['steps']} steps)")

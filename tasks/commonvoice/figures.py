@@ -1,0 +1,70 @@
+"""Figure of the speech task: WER and CER against cost (% of the dense base model), one line per method
+(and ACM variant) and seed (solid: seed 0, dotted: others; the dense base as a thin horizontal line).
+
+    python -m tasks.commonvoice.figures [results_dir] [reports_dir]
+
+writes ``<reports_dir>/commonvoice_wer_cer.png`` from the latest rows of the evaluation set of the offline
+default (the dataset with the most rows); reads only ``results/``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def _cer(extra: str) -> float:
+    for part in str(extra).split(";"):
+        if part.startswith("cer="):
+            return float(part[4:])
+    return float("nan")
+
+
+def draw(results_dir: Path, reports_dir: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bench import results
+    from bench.report import latest_rows
+    from bench.report_plots import method_color, save_figure
+
+    rows = results.load(results_dir)
+    rows = rows[rows["task"] == "commonvoice"].copy()
+    if rows.empty:
+        raise SystemExit(f"no commonvoice rows under {results_dir}")
+    dataset = rows["dataset"].value_counts().index[0]
+    rows = latest_rows(rows[rows["dataset"] == dataset])  # the newest row per method/variant/knob/seed
+    rows["cer"] = rows["extra_metrics"].map(_cer)
+    rows["cost"] = rows["cost_pct_dense"]
+    rows["variant"] = rows["variant"].fillna("").astype(str)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, metric, label in ((axes[0], "quality", "WER ↓"), (axes[1], "cer", "CER ↓")):
+        for (method, variant), group in rows.groupby(["method", "variant"], sort=True):
+            color = method_color(method)
+            name = method if method != "acm" else f"acm ({variant.split(';')[1]})" if ";" in variant else method
+            for seed, seed_rows in group.groupby("seed"):
+                line = seed_rows.sort_values("cost")
+                ax.plot(line["cost"], line[metric], "-" if seed == 0 else ":",
+                        marker="s" if method == "dense" else "o", color=color, ms=5,
+                        label=f"{name}, seed {seed}")
+                if method == "dense":
+                    base = line[line["knob_value"] == "w1-d1"]
+                    if len(base):
+                        ax.axhline(float(base[metric].iloc[0]), color=color, ls="-" if seed == 0 else ":",
+                                   lw=0.6, alpha=0.6)
+        ax.set_xlabel("cost, % of dense MACs per clip")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"commonvoice: {dataset[:110]}", fontsize=8)
+    out = Path(reports_dir) / "commonvoice_wer_cer.png"
+    save_figure(fig, out)
+    plt.close(fig)
+    return out
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    print(draw(Path(args[0] if args else "results"), Path(args[1] if len(args) > 1 else "reports")))

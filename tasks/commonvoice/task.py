@@ -1,0 +1,271 @@
+"""Task ``commonvoice``: speech recognition with a CTC transformer, WER (jiwer) with a named normaliser.
+
+Data (``commonvoice.source``; corpora are built once and cached under ``<cache_dir>/commonvoice/data``):
+  espeak  offline default: real English sentences spoken by espeak-ng (tasks/commonvoice/data.py);
+  tsv     a CommonVoice release directory (``<split>.tsv`` + ``clips/``) via HuggingFace ``datasets``.
+``commonvoice.eval_set=pocketsphinx`` evaluates the same model on the real recordings of
+pocketsphinx-testdata instead (a smoke test of real speech; rows name that dataset).
+
+Inputs are fixed-length clips.  Every utterance is followed by digital silence up to the clip length
+(``clip_seconds`` for training and for the espeak evaluation set; for real evaluation sets, the longest
+utterance of the set rounded up to 0.5 s, at least ``clip_seconds``), so the padding of a sample depends
+on the data set only, never on the batch it runs in.  No frame is masked: silence is input, as the leading
+and trailing silence of a real recording is.  Hence:
+- batch invariance needs no key masks (samples never interact);
+- the cost of a sample is that of its clip's frames (all of them execute) — the same clip length for every
+  sample of a set, and the dense model costs the same on each; adaptive methods may spend less on silent
+  frames, which is real saving on this input.  The ``dataset`` column states the share of clip time that is
+  speech.  Training utterances longer than the clip are left out (counted in ``dataset``).
+- CTC input length = every token of the clip; the loss is PyTorch's CTC (blank 0, mean over the batch of
+  per-utterance loss divided by its target length, zero_infinity).
+
+Metric: corpus WER of greedy CTC transcripts after the ``bench-en-v1`` normaliser (text.py), via jiwer
+4.0.0; CER beside it (``extra_metrics``), per-utterance WER/CER/texts in the samples file.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from bench.api import Batch, Quality, Task
+from bench.errors import UserError
+from bench.models.transformer import EncoderConfig
+from tasks.commonvoice import data as D
+from tasks.commonvoice import features as F
+from tasks.commonvoice import text as T
+from tasks.commonvoice.model import build_ctc_encoder
+
+EVAL_POOL = 1000  # the first EVAL_POOL shuffled sentences are reserved for evaluation
+
+
+@dataclass
+class Corpus:
+    features: Tensor  # [N, frames, n_mels] log-mel
+    labels: Tensor  # [N, W] symbol ids, -1 padded
+    texts: list[str]
+    seconds: list[float]
+    clip_seconds: float
+    description: str
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @property
+    def speech_share(self) -> float:
+        return float(np.sum(self.seconds)) / max(len(self) * self.clip_seconds, 1e-9)
+
+
+class CommonVoiceTask(Task):
+    name = "commonvoice"
+    metric = "wer"
+    higher_is_better = False
+    not_base_keys = ("method_steps", "eval_set", "eval_batch", "eval_samples", "eval_utterances", "eval_split")
+
+    def __init__(self, cfg, run):
+        super().__init__(cfg, run)
+        self.source = str(cfg.source)
+        self.clip_samples = F.seconds_to_samples(float(cfg.clip_seconds))
+        self.train = self._train_corpus()
+        if len(self.train) == 0:
+            raise UserError(f"commonvoice: no training utterance fits a {cfg.clip_seconds} s clip; raise "
+                            "commonvoice.clip_seconds")
+        self.eval = self._eval_corpus()
+        feats = self.train.features.reshape(-1, self.train.features.shape[-1])
+        self.mean, self.std = feats.mean(dim=0), feats.std(dim=0).clamp_min(1e-3)
+
+    # --- corpora ----------------------------------------------------------------------------------
+    def _data_code(self) -> str:
+        """Hash of the modules that make a corpus (data, features, text): editing the model or the task
+        retrains but does not re-synthesise."""
+        digest = hashlib.sha256()
+        for module in (D, F, T):
+            digest.update(Path(module.__file__).read_bytes())
+        return digest.hexdigest()[:12]
+
+    @functools.cached_property
+    def _sentences(self) -> list[str]:
+        c = self.cfg
+        raw = D.english_sentences(str(c.sentences))
+        sentences = D.usable_sentences(raw, min_words=int(c.min_words), max_chars=int(c.max_chars))
+        order = np.random.default_rng(int(c.data_seed)).permutation(len(sentences))
+        sentences = [sentences[i] for i in order]
+        if len(sentences) <= EVAL_POOL:
+            raise UserError(f"commonvoice: only {len(sentences)} usable sentences (need more than {EVAL_POOL}); "
+                            "raise commonvoice.max_chars")
+        return sentences
+
+    def _espeak(self, name: str, sentences: list[str], seed: int) -> Corpus:
+        c = self.cfg
+        key = {"source": "espeak", "sentences": sentences, "seed": seed, "clip": self.clip_samples,
+               "n_mels": int(c.n_mels), "width": int(c.max_chars), "code": self._data_code()}
+        corpus = D.cached(Path(self.run.cache_dir), name, key, lambda: D.espeak_corpus(
+            sentences, seed=seed, clip_samples=self.clip_samples, n_mels=int(c.n_mels), label_width=int(c.max_chars)))
+        dropped = len(sentences) - len(corpus["texts"])
+        return Corpus(corpus["features"], corpus["labels"], corpus["texts"], corpus["seconds"],
+                      self.clip_samples / F.SAMPLE_RATE,
+                      f"{len(corpus['texts'])} utterances" + (f" ({dropped} longer than the clip left out)"
+                                                             if dropped else ""))
+
+    def _recordings(self, name: str, items: list[tuple[Any, str]], *, clip_samples: int | None,
+                    reader) -> Corpus:
+        """Real recordings; ``clip_samples=None`` sizes the clip to the longest (rounded up to 0.5 s)."""
+        c = self.cfg
+        lengths = [len(F.resample(*reader(p))) for p, _ in items] if clip_samples is None else None
+        if clip_samples is None:
+            longest = max(lengths) / F.SAMPLE_RATE if lengths else 0.0
+            clip_samples = max(self.clip_samples, F.seconds_to_samples(math.ceil(longest * 2) / 2))
+        else:
+            kept = []
+            for path, sentence in items:
+                audio, rate = reader(path)
+                if len(F.resample(audio, rate)) <= clip_samples:
+                    kept.append((path, sentence))
+            dropped = len(items) - len(kept)
+            items = kept
+        width = max([len(s) for _, s in items] + [1])
+        key = {"items": [(str(p), s, D.file_digest(p)) for p, s in items], "clip": clip_samples,
+               "n_mels": int(c.n_mels), "width": width, "code": self._data_code()}
+        corpus = D.cached(Path(self.run.cache_dir), name, key, lambda: D.recordings_corpus(
+            items, clip_samples=clip_samples, n_mels=int(c.n_mels), label_width=width, reader=reader))
+        note = f"{len(items)} utterances"
+        if lengths is None and dropped:
+            note += f" ({dropped} longer than the clip left out)"
+        return Corpus(corpus["features"], corpus["labels"], corpus["texts"], corpus["seconds"],
+                      clip_samples / F.SAMPLE_RATE, note)
+
+    def _train_corpus(self) -> Corpus:
+        c = self.cfg
+        if self.source == "espeak":
+            sentences = self._sentences[EVAL_POOL: EVAL_POOL + int(c.train_utterances)]
+            corpus = self._espeak("espeak-train", sentences, int(c.data_seed) * 2 + 1)
+        else:
+            items = D.tsv_items(str(c.data_dir), str(c.train_split), str(c.text_key), str(c.path_key))
+            if int(c.train_utterances):
+                items = items[: int(c.train_utterances)]
+            corpus = self._recordings("tsv-train", items, clip_samples=self.clip_samples, reader=D.read_audio)
+        return corpus
+
+    def _eval_corpus(self) -> Corpus:
+        c = self.cfg
+        if str(c.eval_set) == "pocketsphinx":
+            return self._recordings("pocketsphinx", D.pocketsphinx_utterances(), clip_samples=None,
+                                    reader=F.read_wav)
+        if self.source == "espeak":
+            n = int(c.eval_utterances)
+            if n > EVAL_POOL:
+                raise UserError(f"commonvoice.eval_utterances={n}: at most {EVAL_POOL} (the reserved pool)")
+            return self._espeak("espeak-eval", self._sentences[:n], int(c.data_seed) * 2)
+        items = D.tsv_items(str(c.data_dir), str(c.eval_split), str(c.text_key), str(c.path_key))
+        if int(c.eval_utterances):
+            items = items[: int(c.eval_utterances)]
+        return self._recordings(f"tsv-{c.eval_split}", items, clip_samples=None, reader=D.read_audio)
+
+    # --- data -------------------------------------------------------------------------------------
+    @property
+    def dataset(self) -> str:
+        c = self.cfg
+        if self.source == "espeak":
+            train = f"espeak-ng English (trans-de-en sentences), train {self.train.description}"
+        else:
+            train = f"commonvoice ({c.data_dir}), {c.train_split} {self.train.description}"
+        if str(c.eval_set) == "pocketsphinx":
+            where = "pocketsphinx-testdata real recordings"
+        elif self.source == "espeak":
+            where = "espeak-ng held-out sentences"
+        else:
+            where = f"{c.eval_split}"
+        n = self._eval_count()
+        return (f"{train}; eval {where}: {self.eval.description}"
+                + (f", first {n}" if n < len(self.eval) else "")
+                + f"; {self.eval.clip_seconds:g} s clips, speech {100 * self.eval.speech_share:.0f}% of clip time")
+
+    @property
+    def metric_signature(self) -> str:
+        c = self.cfg
+        return (f"wer|jiwer 4.0.0|norm:{T.NORMALIZER}|greedy-ctc|chars:{len(T.VOCAB)}|logmel{c.n_mels}"
+                f"@16k/25ms/10ms|clip>={c.clip_seconds:g}s")
+
+    def _eval_count(self) -> int:
+        limit = int(self.cfg.eval_samples)
+        return min(limit, len(self.eval)) if limit else len(self.eval)
+
+    def train_batch(self, step: int, batch_size: int) -> Batch:
+        rng = np.random.default_rng([int(self.run.seed), int(step), 7])
+        idx = rng.choice(len(self.train), size=min(batch_size, len(self.train)), replace=False)
+        x = self.train.features[idx].clone()
+        if bool(self.cfg.spec_augment):
+            self._spec_augment(x, rng)
+        return Batch(x, self.train.labels[idx], {"index": torch.as_tensor(idx)})
+
+    def _spec_augment(self, x: Tensor, rng: np.random.Generator) -> None:
+        """SpecAugment-style masks (Park et al. 2019), in place: per utterance 2 mel bands of width ≤ 6 and
+        2 time spans of ≤ 15 frames set to the training mean (0 after the stem's standardisation)."""
+        frames, mels = x.shape[1], x.shape[2]
+        for i in range(x.shape[0]):
+            for _ in range(2):
+                w = int(rng.integers(0, 7))
+                f0 = int(rng.integers(0, mels - w + 1))
+                x[i, :, f0:f0 + w] = self.mean[f0:f0 + w]
+                w = int(rng.integers(0, 16))
+                t0 = int(rng.integers(0, frames - w + 1))
+                x[i, t0:t0 + w] = self.mean
+
+    def eval_batches(self) -> Iterable[Batch]:
+        size, total = int(self.cfg.eval_batch), self._eval_count()
+        for start in range(0, total, size):
+            stop = min(total, start + size)
+            yield Batch(self.eval.features[start:stop], self.eval.labels[start:stop],
+                        {"index": torch.arange(start, stop)})
+
+    def example_input(self, batch_size: int) -> Tensor:
+        x = self.eval.features[: min(batch_size, len(self.eval))]
+        return x.repeat(-(-batch_size // len(x)), 1, 1)[:batch_size]
+
+    # --- model ------------------------------------------------------------------------------------
+    def encoder_config(self, width: float = 1.0, depth: float = 1.0) -> EncoderConfig:
+        c = self.cfg
+        heads = int(c.heads)
+        d_model = max(heads, int(round(int(c.d_model) * width / heads)) * heads)
+        return EncoderConfig(d_model=d_model, n_layers=max(1, int(round(int(c.layers) * depth))), n_heads=heads,
+                             d_mlp=max(1, int(round(int(c.mlp) * width))), activation="gelu", dropout=0.0,
+                             norm_eps=1e-6, pool="mean")
+
+    def build_backbone(self, width: float = 1.0, depth: float = 1.0) -> nn.Module:
+        return build_ctc_encoder(self.encoder_config(width, depth), int(self.cfg.n_mels), len(T.VOCAB),
+                                 self.mean, self.std)
+
+    def base_budget(self) -> dict[str, Any]:
+        c = self.cfg
+        return {"steps": int(c.train_steps), "batch_size": int(c.batch_size), "lr": float(c.lr),
+                "fit": {"weight_decay": float(c.weight_decay), "warmup": int(c.warmup),
+                        "grad_clip": float(c.grad_clip) or None}}
+
+    def loss(self, outputs: Tensor, batch: Batch) -> Tensor:
+        log_probs = torch.log_softmax(outputs.float(), dim=-1).transpose(0, 1)  # [T, B, V]
+        valid = batch.y >= 0
+        target_lengths = valid.sum(dim=1)
+        input_lengths = torch.full((outputs.shape[0],), outputs.shape[1], dtype=torch.long,
+                                   device=outputs.device)
+        return nn.functional.ctc_loss(log_probs, batch.y[valid], input_lengths, target_lengths, blank=T.BLANK,
+                                      reduction="mean", zero_infinity=True)
+
+    # --- metric -----------------------------------------------------------------------------------
+    def predict(self, outputs: Tensor) -> Tensor:
+        return T.greedy_ctc(outputs)
+
+    def score(self, predictions: Tensor, targets: Tensor) -> Quality:
+        rates = T.error_rates(T.rows_to_text(targets), T.rows_to_text(predictions))
+        return Quality(float(rates["wer"]), torch.tensor(rates["per_wer"], dtype=torch.float64),
+                       extra={"cer": float(rates["cer"])}, columns={"cer": np.asarray(rates["per_cer"])})
+
+    def sample_table(self, predictions: Tensor, targets: Tensor) -> dict[str, Any]:
+        return {"target": T.rows_to_text(targets), "prediction": T.rows_to_text(predictions)}

@@ -1,0 +1,183 @@
+"""Parallel text for the translation tasks: the offline Ding pairs, HuggingFace loaders, BPE, batching.
+
+Offline default (Debian ``trans-de-en``, the Ding dictionary, GPL-2+): lines ``de | de2 :: en | en2``.
+The ``|``-separated parts of the two sides are aligned (same count, else the line is skipped).  Each part
+keeps its first alternative (text before ``; ``), loses the ``{m}`` ``[cook.]`` ``(…)`` annotations and
+extra spaces.  A *sentence pair* is one whose German side starts with a capital letter and whose two sides both
+end in ``.``, ``?`` or ``!`` and have at least 3 words; exact duplicates are dropped (about 19.8k pairs).
+Splits are fixed by a hash of the German sentence (so one German sentence never sits in two splits):
+the ``test_size`` pairs with the smallest hashes are the test set, the next ``valid_size`` the
+validation set, the rest the training set.
+
+HuggingFace (``source=hf``): ``load_dataset`` on local parquet/json/jsonl/csv files or a
+``save_to_disk`` directory, or a hub name already in the local cache (offline).  Two layouts: a
+``translation`` column of {lang: text} dicts (the HF IWSLT/WMT format), or one column per language.
+
+BPE: HF ``tokenizers`` SentencePiece-style BPE (NFKC, Metaspace) trained jointly on the source and target
+sides of the training split, cached as JSON; decoding gives detokenized text for sacreBLEU.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.errors import UserError
+
+DING_PATH = "/usr/share/trans/de-en"
+SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3 = PAD, BOS, EOS, UNK of bench/models/seq2seq.py
+_ANNOTATION = re.compile(r"\{[^}]*\}|\[[^\]]*\]|\([^)]*\)")
+
+
+@dataclass
+class Pairs:
+    src: list[str]
+    tgt: list[str]
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+def _clean(part: str) -> str:
+    return " ".join(_ANNOTATION.sub("", part.split("; ")[0]).split())
+
+
+def _is_sentence(text: str) -> bool:
+    return bool(text) and text[-1] in ".?!" and len(text.split()) >= 3
+
+
+@functools.lru_cache(maxsize=2)
+def ding_pairs(path: str = DING_PATH) -> tuple[tuple[str, str], ...]:
+    """All cleaned, de-duplicated German–English sentence pairs of the Ding dictionary file."""
+    if not os.path.exists(path):
+        raise UserError(f"trans-de-en: no dictionary at {path}; install it (apt-get install -y trans-de-en) "
+                        "or set iwslt.data_dir to the file")
+    seen: dict[tuple[str, str], None] = {}
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.startswith("#") or " :: " not in line:
+                continue
+            de, en = line.rstrip("\n").split(" :: ", 1)
+            de_parts, en_parts = de.split(" | "), en.split(" | ")
+            if len(de_parts) != len(en_parts):
+                continue
+            for d, e in zip(de_parts, en_parts):
+                d, e = _clean(d), _clean(e)
+                if _is_sentence(d) and _is_sentence(e) and d[0].isupper():
+                    seen.setdefault((d, e), None)
+    return tuple(seen)
+
+
+def _rank(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def ding_splits(path: str, valid_size: int, test_size: int) -> dict[str, Pairs]:
+    pairs = ding_pairs(path)
+    german = sorted({d for d, _ in pairs}, key=_rank)
+    test_de = set(german[:test_size])
+    valid_de = set(german[test_size:test_size + valid_size])
+    out = {"train": Pairs([], []), "validation": Pairs([], []), "test": Pairs([], [])}
+    for d, e in pairs:
+        split = "test" if d in test_de else "validation" if d in valid_de else "train"
+        out[split].src.append(d)
+        out[split].tgt.append(e)
+    return out
+
+
+# --- HuggingFace ----------------------------------------------------------------------------------
+_EXTENSIONS = {"parquet": "parquet", "json": "json", "jsonl": "json", "csv": "csv", "arrow": "arrow"}
+
+
+def _split_files(data_dir: str, split: str) -> tuple[str, list[str]]:
+    """(builder, files) of one split in a directory: files whose name contains the split name."""
+    files = sorted(p for p in glob.glob(os.path.join(data_dir, "**", "*"), recursive=True) if os.path.isfile(p))
+    aliases = {"validation": ("validation", "valid", "dev"), "test": ("test",), "train": ("train",)}
+    names = aliases.get(split, (split,))
+    chosen = [p for p in files if any(n in os.path.basename(p).lower() for n in names)
+              and p.rsplit(".", 1)[-1] in _EXTENSIONS]
+    if not chosen:
+        return "", []
+    kinds = {_EXTENSIONS[p.rsplit(".", 1)[-1]] for p in chosen}
+    if len(kinds) > 1:
+        raise UserError(f"data_dir={data_dir}: split '{split}' mixes file formats {sorted(kinds)}; keep one")
+    return kinds.pop(), chosen
+
+
+def hf_pairs(*, data_dir: str, hf_name: str, hf_config: str, split: str, src_lang: str, tgt_lang: str,
+             task: str) -> tuple[Pairs, str]:
+    """(pairs, description of the source) of one split through HuggingFace ``datasets`` (offline)."""
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import datasets
+
+    datasets.disable_progress_bars()
+    if data_dir:
+        if not os.path.exists(data_dir):
+            raise UserError(f"{task}.data_dir={data_dir}: no such directory; point it at local parquet/json/csv "
+                            f"files of the parallel corpus (or set {task}.hf_name)")
+        if os.path.exists(os.path.join(data_dir, "dataset_dict.json")) or \
+                os.path.exists(os.path.join(data_dir, "dataset_info.json")):
+            loaded = datasets.load_from_disk(data_dir)
+            if isinstance(loaded, datasets.DatasetDict):
+                if split not in loaded:
+                    raise UserError(f"{task}.data_dir={data_dir}: no split '{split}' (has {sorted(loaded)}); "
+                                    f"set {task}.train_split/eval_split")
+                loaded = loaded[split]
+            ds, where = loaded, data_dir
+        else:
+            builder, files = _split_files(data_dir, split)
+            if not files:
+                raise UserError(f"{task}.data_dir={data_dir}: no parquet/json/jsonl/csv file named after split "
+                                f"'{split}'; name files like {split}.parquet or set {task}.train_split/eval_split")
+            ds, where = datasets.load_dataset(builder, data_files={split: files}, split=split), data_dir
+    elif hf_name:
+        try:
+            ds = datasets.load_dataset(hf_name, hf_config or None, split=split)
+        except (ConnectionError, FileNotFoundError, ValueError) as err:
+            first = " ".join(str(err).split())[:160]
+            raise UserError(f"{task}.hf_name={hf_name}: not in the local HF cache and the hub is offline ({first}); "
+                            f"download it elsewhere and set {task}.data_dir to its files") from None
+        where = f"{hf_name}{'/' + hf_config if hf_config else ''}"
+    else:
+        raise UserError(f"{task}.source=hf needs {task}.data_dir (local parquet/json/csv files) or {task}.hf_name "
+                        "(a dataset in the local HF cache)")
+    columns = ds.column_names
+    if "translation" in columns:
+        rows = ds["translation"]
+        missing = [lang for lang in (src_lang, tgt_lang) if rows and lang not in rows[0]]
+        if missing:
+            raise UserError(f"{where}: the translation column has no language {missing[0]!r} "
+                            f"(has {sorted(rows[0])}); set {task}.src_lang/tgt_lang")
+        src, tgt = [r[src_lang] for r in rows], [r[tgt_lang] for r in rows]
+    elif src_lang in columns and tgt_lang in columns:
+        src, tgt = list(ds[src_lang]), list(ds[tgt_lang])
+    else:
+        raise UserError(f"{where}: expected a 'translation' column or columns {src_lang!r} and {tgt_lang!r} "
+                        f"(has {columns}); set {task}.src_lang/tgt_lang")
+    return Pairs([str(s) for s in src], [str(t) for t in tgt]), where
+
+
+# --- BPE --------------------------------------------------------------------------------------------
+def train_bpe(texts: list[str], vocab: int, path: Path):
+    """Train (or load the cached) joint BPE on ``texts``; ids 0..3 are the special tokens."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    if path.exists():
+        return Tokenizer.from_file(str(path))
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIALS, show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tok.save(str(tmp))
+    os.replace(tmp, path)
+    return tok

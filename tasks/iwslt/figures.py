@@ -1,0 +1,146 @@
+"""Translation figures for ``bench report`` (iwslt, wmt): BLEU vs average decoder depth and vs MACs, and
+the Depth-Adaptive Transformer's exit depth by token position.
+
+Reads the rows and the per-sample tables beside them.  Average decoder depth of a row: the mean exit
+block over the output tokens of the final hypotheses (``avg_exit`` weighted by ``out_tokens``) when the
+method logs exits (dat); else the number of decoder blocks of the model (from the row's config: the
+task's ``dec_layers`` × ``dense.depth`` for static baselines).  MACs: per source sentence (the row's
+mean) and decoder MACs per generated token (Σ decoder_macs / Σ out_tokens over the sentences).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench import results
+
+
+def _config(results_dir: Path, row) -> dict:
+    import yaml
+
+    path = results.row_dir(results_dir, row.task, row.method) / f"{row.run_id}.config.yaml"
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        return {}
+
+
+def depth_table(rows: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
+    """One line per row: method, seed, knob, BLEU, MACs per sentence, decoder MACs per token, average depth."""
+    out = []
+    for row in rows.itertuples(index=False):
+        try:
+            samples = results.load_samples(results_dir, row.task, row.method, row.run_id)
+        except FileNotFoundError:
+            continue
+        tokens = samples["out_tokens"].to_numpy(dtype=float) if "out_tokens" in samples else None
+        if "avg_exit" in samples and tokens is not None:
+            depth = float(np.sum(samples["avg_exit"] * tokens) / max(tokens.sum(), 1.0))
+        else:
+            cfg = _config(results_dir, row)
+            layers = int(cfg.get(row.task, {}).get("dec_layers", 0) or 0)
+            scale = float(cfg.get("dense", {}).get("depth", 1.0)) if row.method == "dense" else 1.0
+            depth = float(max(1, int(round(layers * scale)))) if layers else float("nan")
+        per_token = (float(samples["decoder_macs"].sum() / max(tokens.sum(), 1.0))
+                     if tokens is not None and "decoder_macs" in samples else float("nan"))
+        out.append({"method": row.method, "seed": int(row.seed), "knob_value": str(row.knob_value),
+                    "variant": row.variant, "bleu": float(row.quality), "macs_per_sentence": float(row.macs_mean),
+                    "decoder_macs_per_token": per_token, "avg_decoder_depth": depth})
+    return pd.DataFrame(out)
+
+
+def exit_position_table(rows: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
+    """Counts of (knob value, token position, exit block) over the final hypotheses of dat rows (seeds pooled)."""
+    frames = []
+    for row in rows[rows["method"] == "dat"].itertuples(index=False):
+        try:
+            samples = results.load_samples(results_dir, row.task, row.method, row.run_id)
+        except FileNotFoundError:
+            continue
+        cols = [c for c in samples.columns if c.startswith("exit_p")]
+        if not cols:
+            continue
+        long = samples[cols].melt(var_name="position", value_name="exit")
+        long = long[long["exit"] > 0]
+        long["position"] = long["position"].str[6:].astype(int) + 1
+        long["knob_value"] = str(row.knob_value)
+        frames.append(long)
+    if not frames:
+        return pd.DataFrame()
+    data = pd.concat(frames, ignore_index=True)
+    return data.groupby(["knob_value", "position", "exit"], as_index=False).size()
+
+
+def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bench.report_plots import save_figure
+
+    results_dir, reports_dir = Path(results_dir), Path(reports_dir)
+    task = str(rows["task"].iloc[0])
+    table = depth_table(rows, results_dir)
+    if table.empty:
+        return []
+    written: list[Path] = []
+    dataset = rows["dataset"].iloc[0]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    palette = plt.get_cmap("tab10")
+    for i, ((method, seed), group) in enumerate(table.groupby(["method", "seed"], sort=True)):
+        color = palette(i % 10)
+        fixed = group["knob_value"].str.startswith("exit")
+        for mask, style, suffix in ((~fixed, "o", ""), (fixed, "x", " fixed exit")):
+            part = group[mask].sort_values("avg_decoder_depth")
+            if part.empty:
+                continue
+            label = f"{method} s{seed}{suffix}"
+            for ax, x in zip(axes, ("avg_decoder_depth", "macs_per_sentence", "decoder_macs_per_token")):
+                ax.plot(part[x], part["bleu"], style, color=color, label=label,
+                        linestyle="-" if method == "dat" and not suffix else "none", alpha=0.85)
+    axes[0].set(xlabel="average decoder depth (blocks per output token)", ylabel="sacreBLEU ↑")
+    axes[1].set(xlabel="MACs per source sentence (encoder + decoder, all beams)", ylabel="sacreBLEU ↑")
+    axes[2].set(xlabel="decoder MACs per generated token", ylabel="sacreBLEU ↑")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(f"{task} — {dataset}", fontsize=10)
+    fig.tight_layout()
+    path = reports_dir / f"{task}_bleu_depth.png"
+    save_figure(fig, path)
+    plt.close(fig)
+    written.append(path)
+    table_path = reports_dir / f"{task}_bleu_depth.csv"
+    results.atomic_write_frame(table_path, table)
+    written.append(table_path)
+
+    exits = exit_position_table(rows, results_dir)
+    if not exits.empty:
+        values = [v for v in exits["knob_value"].unique() if not v.startswith("exit")]
+        if values:
+            fig, axes = plt.subplots(1, len(values), figsize=(4.2 * len(values) + 1, 3.8), squeeze=False,
+                                     constrained_layout=True)
+            for ax, value in zip(axes[0], sorted(values, key=float)):
+                part = exits[exits["knob_value"] == value]
+                positions = int(min(part["position"].max(), 25))
+                blocks = int(exits["exit"].max())  # the same block axis in every panel
+                grid = np.zeros((blocks, positions))
+                for rec in part.itertuples(index=False):
+                    if rec.position <= positions:
+                        grid[int(rec.exit) - 1, int(rec.position) - 1] += rec.size
+                grid = grid / np.maximum(grid.sum(axis=0, keepdims=True), 1)
+                im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=1,
+                               extent=(0.5, positions + 0.5, 0.5, blocks + 0.5))
+                ax.set(title=f"τ = {value}", xlabel="output token position", ylabel="exit block",
+                       yticks=range(1, blocks + 1))
+            fig.colorbar(im, ax=axes[0].tolist(), label="share of tokens at the position")
+            fig.suptitle(f"{task} — dat: exit depth by token position (final hypotheses, seeds pooled)", fontsize=10)
+            path = reports_dir / f"{task}_dat_exits.png"
+            save_figure(fig, path)
+            plt.close(fig)
+            written.append(path)
+    return written

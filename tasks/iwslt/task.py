@@ -1,0 +1,247 @@
+"""Tasks ``iwslt`` and ``wmt``: translation with the encoder–decoder skeleton, BLEU via sacreBLEU.
+
+Batches: ``x`` [B, 2, L] int64 (source ids; decoder input BOS y…), see bench/models/seq2seq.py.
+Training ``y`` = the target ids followed by EOS (PAD-padded; loss: label-smoothed cross-entropy ignoring
+PAD).  Evaluation ``y`` = the index of the sentence in the evaluation split (references are the raw
+strings, never the BPE round trip); evaluation batches are the split sorted by source length (fewer
+padded positions), in a fixed order.
+
+Inference (``infer``) is beam search (``beam``; 1 = greedy) with a length cap len_a·|x| + len_b.
+Metric: sacreBLEU corpus BLEU on detokenized hypotheses against the raw references, its signature in
+every row; per-sample score: sentence BLEU.  Cost: MACs per source sentence (encoder, every decoder step
+of every beam hypothesis, output projections); the samples table adds ``decoder_macs`` and
+``decoder_macs_per_token`` (decoder MACs / tokens of the final hypothesis incl. EOS) and ``out_tokens``.
+
+Static depth (``dense.depth``) scales the *decoder* depth only, as the Depth-Adaptive Transformer's
+baselines do (the encoder stays fixed); ``dense.width`` scales d_model and the MLP.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+from typing import Any, Iterable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+import bench.models.seq2seq as S
+from bench.api import Batch, Quality, Task
+from bench.errors import UserError
+from tasks.iwslt import data as D
+
+
+def _source_hash(*modules: Any) -> str:
+    digest = hashlib.sha256()
+    for module in modules:
+        digest.update(inspect.getsource(module).encode())
+    return digest.hexdigest()[:12]
+
+
+class TranslationTask(Task):
+    metric = "bleu"
+    higher_is_better = True
+    not_base_keys = ("method_steps", "beam", "len_a", "len_b", "len_penalty", "eval_batch", "eval_samples",
+                     "eval_split")
+
+    def __init__(self, cfg, run):
+        super().__init__(cfg, run)
+        self.name = run.task_name if run is not None else "iwslt"
+        self.source = str(cfg.source)
+        self._signature = ""
+        if self.source == "trans-de-en":
+            path = str(cfg.data_dir) or D.DING_PATH
+            splits = D.ding_splits(path, int(cfg.valid_size), int(cfg.test_size))
+            if str(cfg.eval_split) not in ("test", "validation"):
+                raise UserError(f"{self.name}.eval_split={cfg.eval_split}: trans-de-en has 'test' and 'validation'")
+            self._train_pairs, self._eval_pairs = splits["train"], splits[str(cfg.eval_split)]
+            self._where = "debian trans-de-en" if not cfg.data_dir else path
+        else:
+            common = dict(data_dir=str(cfg.data_dir), hf_name=str(cfg.hf_name), hf_config=str(cfg.hf_config),
+                          src_lang=str(cfg.src_lang), tgt_lang=str(cfg.tgt_lang), task=self.name)
+            self._eval_pairs, self._where = D.hf_pairs(split=str(cfg.eval_split), **common)
+            self._common = common
+        limit = int(cfg.eval_samples)
+        if limit and limit < len(self._eval_pairs):
+            self._eval_pairs = D.Pairs(self._eval_pairs.src[:limit], self._eval_pairs.tgt[:limit])
+        self.positions = int(cfg.max_tokens) + 2
+
+    # --- data ---------------------------------------------------------------------------------------
+    @functools.cached_property
+    def train_pairs(self) -> D.Pairs:
+        if self.source == "trans-de-en":
+            pairs = self._train_pairs
+        else:
+            pairs, _ = D.hf_pairs(split=str(self.cfg.train_split), **self._common)
+        limit = int(self.cfg.train_samples)
+        return D.Pairs(pairs.src[:limit], pairs.tgt[:limit]) if limit else pairs
+
+    @functools.cached_property
+    def tokenizer(self):
+        pairs = self.train_pairs
+        key = {"where": self._where, "n": len(pairs), "first": pairs.src[:3] + pairs.tgt[:3],
+               "vocab": int(self.cfg.vocab), "code": _source_hash(D.train_bpe)}
+        path = self.run.stage_path("tokenizer", f"bpe{int(self.cfg.vocab)}", key).with_suffix(".json")
+        return D.train_bpe(pairs.src + pairs.tgt, int(self.cfg.vocab), path)
+
+    def _ids(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.tokenizer.encode_batch(texts)]
+
+    @functools.cached_property
+    def _train_ids(self) -> tuple[list[list[int]], list[list[int]]]:
+        pairs = self.train_pairs
+        src, tgt = self._ids(pairs.src), self._ids(pairs.tgt)
+        keep = [i for i in range(len(src)) if 0 < len(src[i]) <= self.positions - 2
+                and 0 < len(tgt[i]) <= self.positions - 2]
+        if not keep:
+            raise UserError(f"{self.name}: no training pair has at most max_tokens={self.cfg.max_tokens} tokens")
+        return [src[i] for i in keep], [tgt[i] for i in keep]
+
+    @functools.cached_property
+    def _eval_ids(self) -> tuple[list[list[int]], np.ndarray]:
+        src = [ids[: self.positions - 2] for ids in self._ids(self._eval_pairs.src)]
+        order = np.array(sorted(range(len(src)), key=lambda i: (len(src[i]), i)), dtype=np.int64)
+        return src, order
+
+    @property
+    def dataset(self) -> str:
+        n_eval = len(self._eval_pairs)
+        train = f"{len(self.train_pairs)} train, " if self.source == "trans-de-en" else ""
+        return f"{self._where} ({self.cfg.src_lang}-{self.cfg.tgt_lang}, {train}{self.cfg.eval_split} {n_eval})"
+
+    @property
+    def metric_signature(self) -> str:
+        if not self._signature:
+            from sacrebleu.metrics import BLEU
+
+            bleu = BLEU()
+            bleu.corpus_score(["a"], [["a"]])
+            self._signature = str(bleu.get_signature())
+        return (f"sacrebleu {self._signature}; detokenized BPE{int(self.cfg.vocab)} output vs raw references; "
+                f"beam {int(self.cfg.beam)}, len cap {self.cfg.len_a:g}|x|+{int(self.cfg.len_b)}, "
+                f"lenpen {self.cfg.len_penalty:g}")
+
+    @staticmethod
+    def _pack(src: list[list[int]], tgt_in: list[list[int]] | None, width: int) -> Tensor:
+        x = torch.zeros(len(src), 2, width, dtype=torch.long)
+        for i, ids in enumerate(src):
+            x[i, 0, : len(ids)] = torch.as_tensor(ids)
+            if tgt_in is not None:
+                x[i, 1, : len(tgt_in[i])] = torch.as_tensor(tgt_in[i])
+        return x
+
+    def train_batch(self, step: int, batch_size: int) -> Batch:
+        src, tgt = self._train_ids
+        n = len(src)
+        epoch, pos = divmod(step * batch_size, n)
+        perm = np.random.default_rng([self.run.seed, epoch]).permutation(n)
+        idx = np.concatenate([perm, np.random.default_rng([self.run.seed, epoch + 1]).permutation(n)])[pos:pos + batch_size]
+        s = [src[i] for i in idx]
+        t_in = [[S.BOS] + tgt[i] for i in idx]
+        t_out = [tgt[i] + [S.EOS] for i in idx]
+        width = max(max(len(a) for a in s), max(len(a) for a in t_in))
+        x = self._pack(s, t_in, width)
+        y = torch.zeros(len(idx), width, dtype=torch.long)
+        for i, ids in enumerate(t_out):
+            y[i, : len(ids)] = torch.as_tensor(ids)
+        return Batch(x, y, {"index": torch.as_tensor(idx)})
+
+    def eval_batches(self) -> Iterable[Batch]:
+        src, order = self._eval_ids
+        size = int(self.cfg.eval_batch)
+        for start in range(0, len(order), size):
+            idx = order[start:start + size]
+            s = [src[i] or [D.SPECIALS.index("<unk>")] for i in idx]
+            x = self._pack(s, None, max(len(a) for a in s))
+            yield Batch(x, torch.as_tensor(idx), {"index": torch.as_tensor(idx)})
+
+    def example_input(self, batch_size: int) -> Tensor:
+        x = next(iter(self.eval_batches())).x
+        reps = -(-batch_size // len(x))
+        return x.repeat(reps, 1, 1)[:batch_size]
+
+    # --- model --------------------------------------------------------------------------------------
+    def model_config(self, width: float = 1.0) -> S.Seq2SeqConfig:
+        c = self.cfg
+        heads = int(c.heads)
+        d = max(heads, int(round(int(c.d_model) * width / heads)) * heads)
+        if int(c.d_model) % heads:
+            raise UserError(f"{self.name}.d_model={c.d_model} is not divisible by {self.name}.heads={heads}")
+        return S.Seq2SeqConfig(vocab=self.tokenizer.get_vocab_size(), d_model=d, enc_layers=int(c.enc_layers),
+                               dec_layers=int(c.dec_layers), n_heads=heads, d_mlp=max(1, int(round(int(c.mlp) * width))),
+                               dropout=float(c.dropout), max_positions=self.positions)
+
+    def build_backbone(self, width: float = 1.0, depth: float = 1.0) -> nn.Module:
+        cfg = self.model_config(width)
+        model = S.EncoderDecoder(cfg, dec_layers=max(1, int(round(cfg.dec_layers * depth))))
+        if bool(self.cfg.tie_output):
+            model.decoder.head.weight = model.decoder.embed.tok.weight
+        self.configure(model)
+        return model
+
+    def configure(self, model: nn.Module) -> None:
+        """Decoding settings of this task on a (loaded) encoder–decoder model."""
+        c = self.cfg
+        model.beam, model.len_a, model.len_b = int(c.beam), float(c.len_a), int(c.len_b)
+        model.len_penalty = float(c.len_penalty)
+
+    def base_config(self) -> dict[str, Any]:
+        # The encoder–decoder's training code is part of the base model's key (the harness hashes only the
+        # encoder skeleton); its decoding code (search, cost ledger) cannot change trained weights.
+        S_ED = S.EncoderDecoder
+        training = (S.Seq2SeqConfig, S.TokenEmbed, S._split, S._merge, S.attend, S.SelfAttention, S.CrossAttention,
+                    S.DecoderBlock, S.Decoder, S_ED.__init__, S_ED.unpack, S_ED.encode, S_ED.decoder_states,
+                    S_ED.forward)
+        return {**super().base_config(), "seq2seq_code": _source_hash(*training)}
+
+    def base_budget(self) -> dict[str, Any]:
+        return {"steps": int(self.cfg.train_steps), "batch_size": int(self.cfg.batch_size), "lr": float(self.cfg.lr),
+                "fit": {"warmup": int(self.cfg.warmup), "grad_clip": float(self.cfg.grad_clip) or None}}
+
+    def reference_model(self) -> nn.Module:
+        """The trained dense base model (decoding cost depends on the output lengths)."""
+        model = self.run.base_model(self)
+        self.configure(model)
+        return model
+
+    def loss(self, outputs: Tensor, batch: Batch) -> Tensor:
+        y = batch.y[:, : outputs.shape[1]]
+        return F.cross_entropy(outputs.reshape(-1, outputs.shape[-1]).float(), y.reshape(-1), ignore_index=S.PAD,
+                               label_smoothing=float(self.cfg.label_smoothing))
+
+    # --- inference and metric -----------------------------------------------------------------------
+    def infer(self, model: nn.Module, x: Tensor) -> Tensor:
+        if not hasattr(model, "generate"):
+            raise UserError(f"{self.name}: the model {type(model).__name__} cannot decode (no generate())")
+        return model.generate(x[:, 0])
+
+    def predict(self, outputs: Tensor) -> Tensor:
+        return outputs
+
+    def extra_columns(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
+        dec, length = model.last_decoder_macs, model.last_out_len
+        return {"decoder_macs": dec, "out_tokens": length,
+                "decoder_macs_per_token": dec / length.clamp(min=1).double()}
+
+    def detokenize(self, predictions: Tensor) -> list[str]:
+        rows = [[int(t) for t in row if int(t) > D.SPECIALS.index("</s>")] for row in predictions]
+        return self.tokenizer.decode_batch(rows, skip_special_tokens=True)
+
+    def score(self, predictions: Tensor, targets: Tensor) -> Quality:
+        from sacrebleu.metrics import BLEU
+
+        hyps = self.detokenize(predictions)
+        refs = [self._eval_pairs.tgt[int(i)] for i in targets]
+        bleu = BLEU()
+        value = bleu.corpus_score(hyps, [refs]).score
+        self._signature = str(bleu.get_signature())
+        sentence = BLEU(effective_order=True)
+        per = torch.tensor([sentence.sentence_score(h, [r]).score for h, r in zip(hyps, refs)], dtype=torch.float64)
+        return Quality(float(value), per)
+
+    def sample_table(self, predictions: Tensor, targets: Tensor) -> dict[str, Any]:
+        return {"target": [self._eval_pairs.tgt[int(i)] for i in targets], "prediction": self.detokenize(predictions),
+                "source": [self._eval_pairs.src[int(i)] for i in targets]}

@@ -1,0 +1,181 @@
+"""Translation tasks: Ding parsing, HuggingFace loaders on small local files, BLEU, missing data."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench import config, runner
+from bench.errors import UserError
+from tasks.iwslt import data as D
+
+ROOT = Path(__file__).resolve().parent.parent
+
+DING = """# Version :: test
+Haus {n} | Häuser {pl} :: house | houses
+Das Haus ist groß. | Wir gehen nach Hause. :: The house is big. | We are going home.
+Er kam {vi} (zu spät) [ugs.] zur Arbeit.; Er kam. :: He came to work.; He came.
+Zu kurz. :: Too short.
+Ungleich. | Zwei Teile hier. :: Only one part here.
+"""
+
+
+def test_ding_parsing_cleans_and_aligns(tmp_path):
+    path = tmp_path / "de-en"
+    path.write_text(DING, encoding="utf-8")
+    D.ding_pairs.cache_clear()
+    pairs = D.ding_pairs(str(path))
+    assert pairs == (("Das Haus ist groß.", "The house is big."), ("Wir gehen nach Hause.", "We are going home."),
+                     ("Er kam zur Arbeit.", "He came to work."))
+    splits = D.ding_splits(str(path), valid_size=1, test_size=1)
+    assert sorted(len(s) for s in splits.values()) == [1, 1, 1]
+    D.ding_pairs.cache_clear()
+
+
+def _write_corpus(tmp_path: Path, fmt: str) -> Path:
+    import pandas as pd
+
+    rows = [{"de": f"Das ist Satz Nummer {i}.", "en": f"This is sentence number {i}."} for i in range(40)]
+    folder = tmp_path / fmt
+    folder.mkdir()
+    for split, part in (("train", rows[:30]), ("test", rows[30:])):
+        if fmt == "parquet":  # the HF IWSLT/WMT layout: a 'translation' column of {lang: text}
+            pd.DataFrame({"translation": part}).to_parquet(folder / f"{split}-00000.parquet")
+        else:  # one column per language
+            (folder / f"{split}.jsonl").write_text("\n".join(json.dumps(r) for r in part))
+    return folder
+
+
+def _task(tmp_path: Path, *overrides: str, task: str = "iwslt"):
+    from bench import registry
+
+    spec = registry.task_spec(task)
+    cfg = config.compose([f"task={task}", "method=dense", *spec.test_overrides, *overrides,
+                          f"cache_dir={tmp_path / 'cache'}", f"results_dir={tmp_path / 'results'}"])
+    config.check_config(cfg, "dense", task)
+    _, task_impl, _ = runner.build(cfg, "dense", task)
+    return task_impl
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_hf_local_files_load_train_and_score(tmp_path, fmt):
+    folder = _write_corpus(tmp_path, fmt)
+    task = _task(tmp_path, "iwslt.source=hf", f"iwslt.data_dir={folder}", "iwslt.train_samples=0",
+                 "iwslt.eval_samples=0", "iwslt.vocab=60")
+    assert len(task.train_pairs) == 30 and "test 10" in task.dataset and str(folder) in task.dataset
+    batches = list(task.eval_batches())
+    assert sum(len(b) for b in batches) == 10
+    lengths = [int(b.x[:, 0].ne(0).sum(1).max()) for b in batches]
+    assert lengths == sorted(lengths)
+    batch = task.train_batch(0, 4)
+    assert batch.x.shape[:2] == (4, 2) and batch.y.shape == (4, batch.x.shape[2])
+    # decoder input = BOS + target, target = tokens + EOS
+    tokens = batch.y[:, :-1] > 3  # not PAD/BOS/EOS/UNK
+    assert torch.equal(batch.x[:, 1, 1:][tokens], batch.y[:, :-1][tokens])
+    assert torch.all(batch.x[:, 1, 0] == 1) and torch.all((batch.y == 2).sum(1) == 1)
+    # perfect hypotheses (the references through the BPE round trip) score BLEU 100
+    refs = [task._eval_pairs.tgt[i] for i in range(len(task._eval_pairs))]
+    ids = [e.ids for e in task.tokenizer.encode_batch(refs)]
+    width = max(map(len, ids))
+    preds = torch.zeros(len(ids), width, dtype=torch.long)
+    for i, row in enumerate(ids):
+        preds[i, : len(row)] = torch.tensor(row)
+    quality = task.score(preds, torch.arange(len(ids)))
+    assert quality.value == pytest.approx(100.0)
+    assert torch.allclose(quality.per_sample, torch.full((len(ids),), 100.0, dtype=torch.float64))
+    assert task.metric_signature.startswith("sacrebleu nrefs:1|case:mixed|eff:no|tok:13a")
+    wrong = task.score(torch.zeros_like(preds), torch.arange(len(ids)))
+    assert wrong.value == 0.0
+
+
+def test_hf_missing_columns_and_splits_are_one_line_errors(tmp_path):
+    folder = _write_corpus(tmp_path, "jsonl")
+    with pytest.raises(UserError, match="iwslt.src_lang"):
+        _task(tmp_path, "iwslt.source=hf", f"iwslt.data_dir={folder}", "iwslt.src_lang=fr")
+    with pytest.raises(UserError, match="no parquet/json/jsonl/csv file named after split 'validation'"):
+        _task(tmp_path, "iwslt.source=hf", f"iwslt.data_dir={folder}", "iwslt.eval_split=validation")
+
+
+def test_missing_configured_dataset_one_line_nothing_written(tmp_path):
+    """Through the CLI: exit code 2, one line naming the key and what to do, nothing written."""
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+           "HF_HOME": str(tmp_path / "hf")}
+    result = subprocess.run([sys.executable, "-m", "bench", "run", "method=dense", "task=wmt",
+                             f"results_dir={tmp_path / 'results'}", f"cache_dir={tmp_path / 'cache'}"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "wmt.source=hf needs wmt.data_dir" in lines[0], result.stderr
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    (("iwslt.data_dir=/nonexistent/iwslt",), "iwslt.data_dir=/nonexistent/iwslt: no such"),
+    (("iwslt.hf_name=nobody/no-such-corpus",), "not in the local HF cache"),
+])
+def test_missing_hf_data_is_a_user_error(tmp_path, monkeypatch, overrides, needle):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(UserError, match=needle) as err:
+        _task(tmp_path, "iwslt.source=hf", *overrides)
+    assert "\n" not in str(err.value)
+
+
+def test_run_writes_rows_with_decoding_columns_and_figures(tmp_path):
+    """The whole runner path on translation: decoding in evaluation, counting and timing; strings in the
+    samples table; the task's figures from the rows."""
+    from bench import results
+    from tasks.iwslt.figures import translation_figures
+    from tests.helpers import compose_tiny
+
+    cfg = compose_tiny("dat", "iwslt", tmp_path, "timing=true", "timing_rounds=1", "timing_batch=4",
+                       "dat.thresholds=[0.5,0.9]")
+    written = runner.run(cfg, "dat", "iwslt", command="test")
+    assert len(written) == 3  # two thresholds + fixed exit 1
+    rows = results.load(tmp_path / "results")
+    assert set(rows["knob_value"]) == {"0.5", "0.9", "exit1"}
+    assert (rows["cost_check"] == "agree").all()
+    assert rows["metric_signature"].str.contains("nrefs:1|case:mixed|eff:no|tok:13a", regex=False).all()
+    assert (rows["latency_b1_ratio"] > 0).all()
+    row = rows.iloc[0]
+    samples = results.load_samples(tmp_path / "results", "iwslt", "dat", row["run_id"])
+    assert len(samples) == 12
+    for column in ("source", "target", "prediction", "macs", "decoder_macs", "decoder_macs_per_token",
+                   "out_tokens", "avg_exit", "exit_p0"):
+        assert column in samples, column
+    assert samples["target"].map(type).eq(str).all()
+    assert (samples["decoder_macs"] < samples["macs"]).all()
+    assert samples["macs"].mean() == pytest.approx(row["macs_mean"])
+    # the dense reference is counted on every evaluation sentence: the dense base itself is at 100%
+    dense_cfg = compose_tiny("dense", "iwslt", tmp_path, "timing=false")
+    runner.run(dense_cfg, "dense", "iwslt", command="test")
+    rows = results.load(tmp_path / "results")
+    dense = rows[rows["method"] == "dense"].iloc[0]
+    assert dense["cost_pct_dense"] == pytest.approx(100.0, rel=1e-9)
+    assert dense["macs_dense"] == pytest.approx(dense["macs_mean"], rel=1e-9)
+    paths = translation_figures(rows, tmp_path / "results", tmp_path / "reports")
+    names = {p.name for p in paths}
+    assert {"iwslt_bleu_depth.png", "iwslt_bleu_depth.csv", "iwslt_dat_exits.png"} <= names
+    assert all(p.exists() and p.stat().st_size > 0 for p in paths)
+
+
+def test_train_time_counts_each_stage_once(tmp_path):
+    """The dense base loaded again (reference cost, timing) does not add its training time again."""
+    from tests.helpers import compose_tiny
+
+    cfg = compose_tiny("dense", "iwslt", tmp_path, "timing=true", "timing_rounds=1", "timing_batch=2",
+                       "iwslt.eval_samples=4")
+    run, task, method = runner.build(cfg, "dense", "iwslt")
+    model = method.build()
+    first = run.train_time_s
+    assert first > 0
+    task.reference_model()
+    run.base_model(task)
+    assert run.train_time_s == first
+    del model

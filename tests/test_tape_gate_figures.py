@@ -1,0 +1,32 @@
+"""The AdaTape and CCT figures draw from rows written by real (tiny) runs of the runner."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bench import runner
+from methods.adatape import figures as adatape_figures
+from methods.cct import figures as cct_figures
+from tests.helpers import compose_tiny
+
+
+def test_adatape_difficulty_figure_from_rows(tmp_path):
+    for method in ("adatape", "dense"):
+        cfg = compose_tiny(method, "parity", tmp_path, "parity.variant=sequence", "timing=false")
+        runner.run(cfg, method, "parity", "test")
+    paths = adatape_figures.draw(tmp_path / "results", tmp_path / "reports")
+    assert [p.name for p in paths] == ["adatape_parity_difficulty.png", "adatape_parity_difficulty.csv"]
+    table = pd.read_csv(paths[1])
+    assert set(table["method"]) == {"adatape", "dense"}
+    uncapped = table[table["model"] == "adatape T4-tau2"]
+    assert uncapped["tape_len"].between(1, 4).all() and table["error"].between(0, 1).all()
+
+
+def test_cct_gate_usage_figure_from_rows(tmp_path):
+    cfg = compose_tiny("cct", "imagenet", tmp_path, "timing=false", "cct.budgets=[1.0,0.5]")
+    runner.run(cfg, "cct", "imagenet", "test")
+    paths = cct_figures.draw(tmp_path / "results", tmp_path / "reports", "imagenet")
+    table = pd.read_csv(paths[1])
+    assert sorted(table["budget"].unique()) == [0.5, 1.0]
+    assert set(table["unit"]) == {"kv", "att", "ffn0", "ffn1", "ffn2", "ffn3"}
+    assert table["usage"].between(0, 1).all() and paths[0].exists()
