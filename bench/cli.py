@@ -7,6 +7,7 @@ Heavy modules (torch, pandas, matplotlib) are imported only inside the verbs tha
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from bench import registry
 from bench.config import ConfigError
@@ -21,9 +22,12 @@ verbs:
         `run --cfg job` prints the composed config; `python -m bench ls` lists every key's default.
   report [--results-dir results] [--reports-dir reports]
         Pareto figures and the leaderboard from the rows under results/
-  ls    registered methods, tasks, their config keys and the method x task matrix
+  ls [plugins=[pkg.module,...]]
+        run-level keys, registered methods and tasks (with plugins), their config keys, the method x task matrix
   kernels [--help]
         ACM kernel latency benchmark (latency vs executed fraction against linear scaling)
+
+Bad input (any verb) prints one line starting with "bench: error:" and exits with code 2.
 
 examples:
   python -m bench run method=act task=parity act.tau=0.001
@@ -34,6 +38,8 @@ examples:
 HYDRA_FLAGS = {"-m", "--multirun", "--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p",
                "--help", "-h", "--hydra-help", "--shell-completion", "-sc", "--config-dir", "-cd",
                "--config-name", "-cn", "--config-path", "-cp", "--experimental-rerun"}
+# Flags after which Hydra only prints (the config, help, completion) and runs nothing.
+PRINT_ONLY_FLAGS = {"--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help", "--shell-completion", "-sc"}
 HYDRA_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-dir", "-cd", "--config-name",
                           "-cn", "--config-path", "-cp", "--info", "-i"}
 
@@ -80,8 +86,18 @@ def _hydra_task(cfg) -> None:
         sys.exit(fail(str(err)))
 
 
-def cmd_run(args: list[str]) -> int:
+def _defaults_note(overrides: list[str]) -> None:
+    """Say which method/task a run uses when the command line does not name it (no silent default)."""
     from bench import config
+
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
+    for group, default in (("method", config.DEFAULT_METHOD), ("task", config.DEFAULT_TASK)):
+        if group not in given:
+            print(f"bench: no {group}= given; using the default {group}={default}", file=sys.stderr)
+
+
+def cmd_run(args: list[str]) -> int:
+    from bench import config, paths
 
     if any(a in ("--help", "-h") for a in args):
         print(USAGE)
@@ -89,9 +105,16 @@ def cmd_run(args: list[str]) -> int:
     try:
         flags, overrides = split_overrides(args)
         config.load_plugins_from(overrides)
-        config.validate(overrides)
-    except (ConfigError, registry.RegistryError) as err:
+        outputs: list[tuple[str, str]] = []
+        config.validate(overrides, outputs=outputs)
+        if not PRINT_ONLY_FLAGS & set(flags):
+            for results_dir, cache_dir in dict.fromkeys(outputs):  # where rows and checkpoints will go
+                paths.check_writable("results_dir", results_dir)
+                paths.check_writable("cache_dir", cache_dir)
+    except (ConfigError, registry.RegistryError, UserError) as err:
         return fail(str(err))
+    if not PRINT_ONLY_FLAGS & set(flags):
+        _defaults_note(overrides)
     import hydra
 
     main = hydra.main(config_path="conf", config_name="config", version_base="1.3")(_hydra_task)
@@ -101,9 +124,25 @@ def cmd_run(args: list[str]) -> int:
 
 
 def cmd_ls(args: list[str]) -> int:
+    from bench import config
     from bench.params import field_help
 
+    if any(a in ("--help", "-h") for a in args):
+        print("usage: python -m bench ls [plugins=[pkg.module,...]]\n"
+              "  run-level keys, methods, tasks (built-in and plugins), their keys and the method x task matrix")
+        return 0
+    for arg in args:
+        if not arg.lstrip("+").startswith("plugins="):
+            return fail(f"ls: unexpected argument '{arg}'; ls takes only plugins=[pkg.module,...] "
+                        "(see `python -m bench ls --help`)")
+    try:
+        config.load_plugins_from(args)
+    except ConfigError as err:
+        return fail(f"ls: {err}")
     methods, tasks = registry.methods(), registry.tasks()
+    print("run-level keys (key=default):")
+    for name, default, help_text in field_help(config.RunConfig):
+        print(f"      {name}={default!r}  {help_text}")
     print("tasks:")
     for spec in tasks.values():
         print(f"  {spec.name:14s} {spec.description}")
@@ -133,13 +172,26 @@ def cmd_ls(args: list[str]) -> int:
     return 0
 
 
+def parse_one_line(parser, args: list[str], verb: str):
+    """``parser.parse_args(args)``, but a bad argument raises ConfigError with one line (no usage block)."""
+
+    def error(message: str):
+        raise ConfigError(f"{verb}: {message}; see `python -m bench {verb} --help`")
+
+    parser.error = error
+    return parser.parse_args(args)
+
+
 def cmd_report(args: list[str]) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m bench report")
     parser.add_argument("--results-dir", default="results")
     parser.add_argument("--reports-dir", default="reports")
-    opts = parser.parse_args(args)
+    try:
+        opts = parse_one_line(parser, args, "report")
+    except ConfigError as err:
+        return fail(str(err))
     from bench import report
 
     try:
@@ -152,8 +204,35 @@ def cmd_report(args: list[str]) -> int:
 
 
 def cmd_kernels(args: list[str]) -> int:
+    """Check the arguments the way ``run`` does (one line, exit 2), then hand them to the benchmark."""
     from bench.kernels import bench as kernel_bench
 
+    try:
+        opts = parse_one_line(kernel_bench._parser(), args, "kernels")
+        bad = [f for f in opts.fractions if not 0.0 <= f <= 1.0]
+        if bad:
+            raise ConfigError(f"kernels: --fractions must lie in [0, 1], got {', '.join(f'{f:g}' for f in bad)}")
+        for flag, value in (("--rounds", opts.rounds), ("--threads", opts.threads), ("--tokens", opts.tokens),
+                            ("--d", opts.d), ("--n-learners", opts.n_learners)):
+            if value < 1:
+                raise ConfigError(f"kernels: {flag} must be >= 1, got {value}")
+        if any(b < 1 for b in opts.batch or []):
+            raise ConfigError(f"kernels: --batch sizes must be >= 1, got {opts.batch}")
+        if opts.refit and not Path(opts.refit).is_file():
+            raise ConfigError(f"kernels: --refit {opts.refit}: no such rows file; give a results/kernels/<id>.csv")
+        if opts.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ConfigError("kernels: --device cuda but no CUDA device is available; use --device cpu")
+        if not opts.refit:
+            from bench import paths
+
+            paths.check_writable("--results-dir", opts.results_dir)
+            if not opts.no_plot:
+                paths.check_writable("--reports-dir", opts.reports_dir)
+    except (ConfigError, UserError) as err:
+        return fail(str(err))
     return kernel_bench.main(args)
 
 

@@ -23,6 +23,7 @@ from bench import registry
 from bench.params import check_ranges, param
 
 CONFIG_MODULE = "bench.conf"
+DEFAULT_METHOD, DEFAULT_TASK = "dense", "parity"  # the defaults list of bench/conf/config.yaml
 MAX_VALIDATED_COMBINATIONS = 64
 
 
@@ -114,6 +115,22 @@ def _flat_keys(node: Any, prefix: str = "") -> list[str]:
     return keys
 
 
+def _unknown_section(key: str, known_keys: list[str]) -> str:
+    """One line for a key whose section (``section.key``) is not part of the composed config."""
+    section = key.split(".")[0]
+    sections = sorted({k.split(".")[0] for k in known_keys if "." in k})
+    top = sorted(k for k in known_keys if "." not in k)
+    if section in registry.methods():
+        why = f"'{section}' is a method that this run does not select (add method={section})"
+    elif section in registry.tasks():
+        why = f"'{section}' is a task that this run does not select (add task={section})"
+    else:
+        near = difflib.get_close_matches(section, sections, n=2, cutoff=0.5)
+        why = f"'{section}' is not a config section" + (f"; did you mean {', '.join(near)}?" if near else "")
+    return (f"unknown config key '{key}': {why}; sections here: {', '.join(sections)}; "
+            f"run-level keys: {', '.join(top)}")
+
+
 def _explain(err: BaseException, known_keys: list[str]) -> str:
     """Turn a Hydra/OmegaConf exception into one line naming the key and the choices."""
     text = " ".join(str(err).split())
@@ -126,6 +143,8 @@ def _explain(err: BaseException, known_keys: list[str]) -> str:
         section = key.rsplit(".", 1)[0] + "." if "." in key else ""
         siblings = [k for k in known_keys if k.startswith(section) and k.count(".") == key.count(".")]
         hint = f"; did you mean {', '.join(near)}?" if near else ""
+        if not siblings:  # the section itself is unknown (e.g. a method that is not selected)
+            return _unknown_section(key, known_keys)
         return f"unknown config key '{key}'{hint} valid keys here: {', '.join(siblings[:24])}"
     m = re.search(r"Value '([^']*)' (?:of type '[^']+' )?could not be converted to (\w+)", text)
     if m:
@@ -183,14 +202,15 @@ def check_config(cfg: Any, method: str, task: str) -> None:
         raise ConfigError(f"method '{method}' does not apply to task '{task}': {reason}")
 
 
-def validate(overrides: Sequence[str]) -> int:
+def validate(overrides: Sequence[str], outputs: list | None = None) -> int:
     """Validate a (multi)run command line: every sweep combination composes and passes the checks.
 
     Returns the number of jobs.  Sweeps with many combinations validate each swept value once.
+    ``outputs``, if given, receives (results_dir, cache_dir) of every composed combination.
     """
     parsed = _parse(overrides)
-    methods = _group_choice(parsed, "method", "dense")
-    tasks = _group_choice(parsed, "task", "parity")
+    methods = _group_choice(parsed, "method", DEFAULT_METHOD)
+    tasks = _group_choice(parsed, "task", DEFAULT_TASK)
     for name in methods:
         registry.method_spec(name)
     for name in tasks:
@@ -204,6 +224,8 @@ def validate(overrides: Sequence[str]) -> int:
     for combo in combos:
         cfg = compose(fixed + list(combo))
         check_config(cfg, *selected(cfg))
+        if outputs is not None:
+            outputs.append((str(cfg.results_dir), str(cfg.cache_dir)))
     total = 1
     for s in sweeps:
         total *= len(s)

@@ -39,9 +39,13 @@ class TaskSpec:
     # and the task variants those tests cover (each a tuple of extra overrides).
     test_overrides: tuple[str, ...] = ()
     test_variants: tuple[tuple[str, ...], ...] = ((),)
-    # Extra figures drawn by `bench report`: "module:function" taking (rows, results_dir, reports_dir)
-    # (the task's latest rows as a DataFrame, two Paths) and returning the paths it wrote.
+    # Extra figures drawn by `bench report`: "module:function" taking (rows, results_dir, reports_dir, stem)
+    # (one dataset's latest rows as a DataFrame, two Paths, the file-name stem of that dataset) and
+    # returning the paths it wrote, all named after the stem (e.g. f"{stem}_difficulty.png").
     figures: str = ""
+    # The dataset name (``Task.dataset``) of the task's default config: its report files keep the plain
+    # names (``<task>_pareto.png``) whatever other datasets have rows; other datasets get their own names.
+    default_dataset: str = ""
 
 
 @dataclass(frozen=True)

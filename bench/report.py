@@ -482,8 +482,14 @@ def kernel_report(results_dir: Path, reports_dir: Path) -> list[str]:
     return [str(figure), str(table)]
 
 
-def task_figures(view: TaskView, results_dir: Path, reports_dir: Path) -> list[Path]:
-    """The figures a task registers for the report (e.g. parity: error and ponder time vs difficulty)."""
+def task_figures(view: TaskView, results_dir: Path, reports_dir: Path, stem: str) -> list[Path]:
+    """The figures a task registers for the report (e.g. parity: error and ponder time vs difficulty).
+
+    The task's function gets ``stem`` (the view's file-name stem) when it accepts a fourth argument, and
+    must name its files after it so that two datasets of one task never write the same file.
+    """
+    import inspect
+
     from bench import registry
 
     try:
@@ -492,7 +498,48 @@ def task_figures(view: TaskView, results_dir: Path, reports_dir: Path) -> list[P
         return []  # rows of a task whose plugin is not loaded: the generic figures only
     if not spec.figures:
         return []
-    return [Path(p) for p in registry.load_impl(spec.figures)(view.rows, results_dir, reports_dir)]
+    draw = registry.load_impl(spec.figures)
+    args = (view.rows, results_dir, reports_dir)
+    if len(inspect.signature(draw).parameters) >= 4:
+        args += (stem,)
+    return [Path(p) for p in draw(*args)]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9.=-]+", "_", text)).strip("_")
+
+
+def view_stems(views: list[TaskView]) -> dict[tuple[str, str], str]:
+    """A stable file-name stem per (task, dataset): it never depends on which other datasets have rows.
+
+    The task's own name (``parity`` -> ``parity_pareto.png``) goes to its default dataset: the one its
+    ``TaskSpec.default_dataset`` names, or, for a task that names none, the dataset of its earliest row
+    (rows are append-only, so adding a dataset never renames an existing one's files).  Every other
+    dataset gets ``<task>_<dataset slug>``.  Two views mapping to one stem is an error (never a silent
+    overwrite).
+    """
+    from bench import registry
+
+    stems: dict[tuple[str, str], str] = {}
+    for task in sorted({v.task for v in views}):
+        mine = [v for v in views if v.task == task]
+        try:
+            default = registry.task_spec(task).default_dataset
+        except registry.RegistryError:
+            default = ""
+        if not default:
+            first = min(mine, key=lambda v: (str(v.rows["timestamp"].min()), v.dataset))
+            default = first.dataset
+        for view in mine:
+            stems[(task, view.dataset)] = view.slug if view.dataset == default else \
+                f"{view.slug}_{_slug(view.dataset)}"
+    seen: dict[str, tuple[str, str]] = {}
+    for key, stem in stems.items():
+        if stem in seen:
+            raise ValueError(f"report: datasets {seen[stem][1]!r} and {key[1]!r} of task {key[0]} map to the same "
+                             f"file names ({stem}_*); rename one of them")
+        seen[stem] = key
+    return stems
 
 
 def main(results_dir: str = "results", reports_dir: str = "reports") -> list[str]:
@@ -509,17 +556,19 @@ def main(results_dir: str = "results", reports_dir: str = "reports") -> list[str
     views = task_views(frame)
     out = Path(reports_dir)
     out.mkdir(parents=True, exist_ok=True)
-    datasets_per_task = {v.task: sum(w.task == v.task for w in views) for v in views}
+    stems = view_stems(views)
     written, figures = [], {}
     for view in views:
-        stem = view.slug if datasets_per_task[view.task] == 1 else \
-            f"{view.slug}_{re.sub(r'[^A-Za-z0-9_.-]+', '_', view.dataset)}"
+        stem = stems[(view.task, view.dataset)]
         paths = [report_plots.plot_task(view, out / f"{stem}_pareto.png", x="cost")]
         timed = timing_view(view)
         if timed is not None:
             paths.append(report_plots.plot_task(timed[0], out / f"{stem}_latency.png", x="latency",
                                                 note=timed[1]))
-        paths += task_figures(view, Path(results_dir), out)
+        paths += task_figures(view, Path(results_dir), out, stem)
         figures[f"{view.task}\0{view.dataset}"] = [p.name for p in paths]
         written += [str(p) for p in paths]
+    clash = sorted({p for p in written if written.count(p) > 1})
+    if clash:  # a figure function that ignores its stem; the report would show one section's data twice
+        raise ValueError(f"report: {', '.join(clash)} written by more than one section; name files after the stem")
     return kernel_paths + written + write_leaderboard(views, out, figures, results_dir)

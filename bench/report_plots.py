@@ -8,15 +8,13 @@ points on the task's overall Pareto front ringed in black.  A method has the sam
 
 from __future__ import annotations
 
-import os
-import tempfile
 import zlib
 from pathlib import Path
 
 import numpy as np
 
+from bench.figures import save_figure  # noqa: F401  (re-exported: figure modules used it from here)
 from bench.report import TaskView, knob_label, macs_unit, pareto_mask
-from bench.results import FILE_MODE
 
 METHOD_COLORS = {
     "dense": "#444444", "acm": "#1f77b4", "moefication": "#ff7f0e", "act": "#2ca02c", "avit": "#d62728",
@@ -29,22 +27,6 @@ _FALLBACK = ["#17becf", "#bcbd22", "#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a", "
 def method_color(method: str) -> str:
     """Fixed colour per method name; unknown names get a stable (crc32-hashed) colour."""
     return METHOD_COLORS.get(method, _FALLBACK[zlib.crc32(method.encode()) % len(_FALLBACK)])
-
-
-def save_figure(fig, path: Path) -> None:
-    """Save a PNG atomically: temporary file in the same directory, then os.replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    os.chmod(tmp, FILE_MODE)
-    try:
-        fig.savefig(tmp, format="png", dpi=130, bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "") -> Path:

@@ -2,21 +2,29 @@
 
 Cached artefacts live under ``<cache_dir>/<task>/<owner>/<name>-<key>.pt`` where the key hashes the
 configuration that determines them and the source code that produced them (a code change retrains).
+
+Concurrent jobs (a joblib or SLURM sweep) share the cache safely: a stage is trained under an exclusive
+file lock ``<name>-<key>.pt.lock`` beside its checkpoint, so when two jobs need the same stage one trains
+it and the other waits, then loads the finished checkpoint (a stage is never trained twice).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
+import logging
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
 
 from bench import train
 from bench.api import Batch, Task, plain  # noqa: F401  (plain: re-exported for methods)
+
+log = logging.getLogger("bench")
 
 
 def stable_hash(obj: Any, length: int = 12) -> str:
@@ -66,12 +74,13 @@ class RunContext:
 
     def fit(self, model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn, *, owner: str, name: str,
             key: Any, **kwargs) -> train.FitResult:
-        """Train one stage (cached by ``key``; resumes after an interruption)."""
+        """Train one stage (cached by ``key``; resumes after an interruption; one trainer at a time)."""
         ckpt = self.stage_path(owner, name, key)
-        torch.manual_seed(self.seed)
-        model.to(self.device)
-        result = train.fit(model, batch_fn, loss_fn, ckpt=ckpt, desc=f"{owner}:{name}", device=self.device,
-                           **kwargs)
+        with stage_lock(ckpt):
+            torch.manual_seed(self.seed)
+            model.to(self.device)
+            result = train.fit(model, batch_fn, loss_fn, ckpt=ckpt, desc=f"{owner}:{name}", device=self.device,
+                               **kwargs)
         if ckpt not in self._charged:  # a stage loaded again (e.g. the dense base for timing) counts once
             self._charged.add(ckpt)
             self.train_time_s += result.time_s
@@ -86,11 +95,29 @@ class RunContext:
         model = task.build_backbone(width=width, depth=depth)
         budget = task.base_budget()
         key = {"task": self.task_name, "cfg": task.base_config(), "width": width, "depth": depth,
-               "seed": self.seed, "code": code_version(type(task), skeleton, train)}
+               "seed": self.seed, "code": code_version(type(task), skeleton, train, type(model))}
         self.fit(model, lambda step: task.train_batch(step, budget["batch_size"]), task_loss(task),
                  owner="dense", name=f"w{width}-d{depth}", key=key, steps=budget["steps"], lr=budget["lr"],
                  **budget.get("fit", {}))
         return model
+
+
+@contextlib.contextmanager
+def stage_lock(ckpt: Path) -> Iterator[None]:
+    """Hold the exclusive lock of one cached stage (blocks while another process trains it)."""
+    from filelock import FileLock, Timeout
+
+    ckpt.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(f"{ckpt}.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.info("%s is being trained by another job; waiting for it", ckpt.name)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def task_loss(task: Task) -> Callable[[nn.Module, Batch], torch.Tensor]:

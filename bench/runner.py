@@ -18,7 +18,7 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from bench import cost, provenance, registry, results
+from bench import cost, paths, provenance, registry, results
 from bench.api import Batch, Method, Task
 from bench.errors import UserError
 from bench.run import RunContext, plain, stable_hash
@@ -141,6 +141,7 @@ def check_costs(method: Method, model: torch.nn.Module, task: Task, values: list
 
 def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     """Run one configuration; returns the paths of the rows written."""
+    paths.check_run_outputs(cfg)  # before any work: an unwritable results_dir fails now, not after training
     torch.set_num_threads(int(cfg.threads))
     torch.manual_seed(int(cfg.seed))
     run_ctx, task, method = build(cfg, method_name, task_name, command)

@@ -29,6 +29,18 @@ def bench(*args: str, cwd: Path = ROOT, env_extra: dict | None = None) -> subpro
     (["run", "-m", "method=act", "act.tau=0.1,-2"], "act.tau=-2.0 is out of range"),
     (["run", "method=act", "--bogus"], "unknown option '--bogus'"),
     (["rnu"], "unknown verb 'rnu'; did you mean 'run'?"),
+    (["run", "nosuchgroup.key=1"], "unknown config key 'nosuchgroup.key': 'nosuchgroup' is not a config section; "
+                                   "sections here: dense, parity; run-level keys: "),
+    (["run", "method=act", "acm.beta_target=0.5"], "'acm' is a method that this run does not select (add method=acm)"),
+    (["ls", "--bogus"], "ls: unexpected argument '--bogus'; ls takes only plugins=[pkg.module,...]"),
+    (["ls", "seed=1"], "ls: unexpected argument 'seed=1'"),
+    (["ls", "plugins=[no_such_plugin]"], "plugins: cannot import 'no_such_plugin'"),
+    (["kernels", "--dtype", "fp64"], "kernels: argument --dtype: invalid choice: 'fp64'"),
+    (["kernels", "--fractions", "0.5", "1.5"], "kernels: --fractions must lie in [0, 1], got 1.5"),
+    (["kernels", "--rounds", "0"], "kernels: --rounds must be >= 1, got 0"),
+    (["kernels", "--refit", "missing.csv"], "kernels: --refit missing.csv: no such rows file"),
+    (["kernels", "--results-dir", "/proc/nope"], "--results-dir=/proc/nope: cannot write there"),
+    (["report", "--bogus"], "report: unrecognized arguments: --bogus"),
 ])
 def test_bad_input_one_line_exit_2_nothing_written(args, needle, tmp_path):
     result = bench(*args, f"results_dir={tmp_path / 'results'}", cwd=tmp_path) if args[0] == "run" \
@@ -40,6 +52,61 @@ def test_bad_input_one_line_exit_2_nothing_written(args, needle, tmp_path):
     assert lines[0].startswith("bench: error: ")
     assert not (tmp_path / "results").exists()
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("multirun", [False, True])
+def test_unwritable_results_dir_stops_before_any_work(multirun, tmp_path):
+    """Found before training (nothing in the cache), in one line with exit code 2."""
+    args = ["run", *(["-m", "seed=0,1"] if multirun else []), "method=dense", "task=parity",
+            "results_dir=/proc/nope", f"cache_dir={tmp_path / 'cache'}"]
+    result = bench(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bench: error: results_dir=/proc/nope: cannot write there")
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()
+
+
+def test_unwritable_results_dir_from_python_stops_before_training(tmp_path):
+    """The same check guards runner.run itself (launcher jobs, Python callers)."""
+    from bench import config, runner
+    from bench.errors import UserError
+
+    cfg = config.compose(["method=dense", "task=parity", "results_dir=/proc/nope", f"cache_dir={tmp_path / 'c'}"])
+    with pytest.raises(UserError, match="results_dir=/proc/nope: cannot write there"):
+        runner.run(cfg, "dense", "parity", "test")
+    assert not (tmp_path / "c").exists()
+
+
+def test_writable_check_leaves_nothing_behind(tmp_path):
+    from bench.paths import check_writable
+
+    check_writable("results_dir", tmp_path / "new" / "deeper")
+    check_writable("results_dir", tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == []
+    (tmp_path / "file").write_text("x")
+    from bench.errors import UserError
+
+    with pytest.raises(UserError, match="is a file, not a directory"):
+        check_writable("cache_dir", tmp_path / "file" / "sub")
+
+
+def test_run_without_task_says_which_task_it_uses(tmp_path):
+    result = bench("run", "method=dense", "parity.n=4", "parity.hidden=4", "parity.train_steps=2",
+                   "parity.test_samples=16", "parity.eval_batch=16", "timing=false", "count_batches=1",
+                   f"results_dir={tmp_path / 'results'}", f"cache_dir={tmp_path / 'cache'}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "bench: no task= given; using the default task=parity" in result.stderr
+    assert "no method= given" not in result.stderr
+    quiet = bench("run", "method=dense", "--cfg", "job", cwd=tmp_path)  # printing the config says nothing
+    assert quiet.returncode == 0 and "no task= given" not in quiet.stderr
+
+
+def test_ls_lists_run_level_keys():
+    result = bench("ls")
+    assert result.returncode == 0
+    head = result.stdout.split("tasks:")[0]
+    for key in ("seed=", "threads=", "results_dir=", "cache_dir=", "plugins=", "force="):
+        assert key in head, key
 
 
 def test_help_ls_and_config_errors_do_not_import_torch():

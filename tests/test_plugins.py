@@ -114,3 +114,11 @@ def test_plugin_from_entry_point_and_python(tmp_path):
     ls = subprocess.run([sys.executable, "-m", "bench", "ls"], cwd=tmp_path, capture_output=True, text=True,
                         timeout=120, env=_env(outside))
     assert "constant" in ls.stdout
+
+
+def test_ls_with_plugins_lists_the_plugin(tmp_path):
+    outside = _write_plugin(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "bench", "ls", "plugins=[extplug]"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, env=_env(outside))
+    assert out.returncode == 0, out.stderr
+    assert "constant" in out.stdout and "constant.label=0" in out.stdout

@@ -773,7 +773,7 @@ def plot_kernel_rows(rows_df, path: Path | str) -> Path:
                  f"tokens/sample {int(first['tokens'])}, d {int(first['d'])}, N {int(first['n_learners'])} × "
                  f"{int(first['width'])}, {first['activation']}; gate included, k random", fontsize=10)
     fig.tight_layout()
-    from bench.report_plots import save_figure
+    from bench.figures import save_figure
 
     save_figure(fig, path)
     plt.close(fig)

@@ -101,7 +101,7 @@ def heatmaps(model: nn.Module, task: Task, path: Path, n_images: int = 8) -> Pat
                  fontsize=8)
     if mappable is not None:
         fig.colorbar(mappable, ax=axes[1, :].tolist(), fraction=0.02, pad=0.01)
-    from bench.report_plots import save_figure
+    from bench.figures import save_figure
 
     save_figure(fig, path)
     plt.close(fig)
@@ -177,7 +177,7 @@ def cost_histogram(model: nn.Module, task: Task, path: Path, results_dir: Path |
     ax.set_ylabel("images")
     ax.set_title(f"ACM per-image cost — {task.dataset}\n({source})", fontsize=8)
     ax.legend(fontsize=7)
-    from bench.report_plots import save_figure
+    from bench.figures import save_figure
 
     save_figure(fig, path)
     plt.close(fig)

@@ -45,7 +45,8 @@ class ACT(Method):
             return self.task.loss(logits, batch) + tau * m.last.ponder.mean()
 
         key = {"task": self.task.name, "task_cfg": plain(self.task.cfg), "act": plain(self.cfg),
-               "seed": self.run.seed, "code": code_version(act_model, ACT, type(self.task))}
+               "seed": self.run.seed,
+               "code": code_version(act_model, ACT, type(self.task), act_model.RNNCell)}
         self.run.fit(model, lambda step: self.task.train_batch(step, budget["batch_size"]), loss_fn,
                      owner="act", name=f"tau{tau:g}", key=key, steps=budget["steps"], lr=budget["lr"])
         model.real_path = True

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from bench.models.rnn import RNNCell
 from bench.models.transformer import Block, EncoderConfig, attention_core_macs, linear_macs
-from tasks.parity.task import RNNCell
 
 
 @dataclass

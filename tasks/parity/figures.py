@@ -1,7 +1,9 @@
-"""Parity figure for ``bench report``: error rate and mean ponder steps vs difficulty (Graves Fig. 6/7).
+"""Parity outputs for ``bench report``: error rate and mean ponder steps vs difficulty (Graves Fig. 6/7),
+and ACT against the static recurrences at equal cost.
 
 Reads the per-sample tables kept beside the rows (difficulty, score, ponder_steps); one curve per
-(method, knob value), averaged over seeds.
+(method, knob value), averaged over seeds.  The equal-cost table interpolates the static curve (the cell
+applied 1, 2, 4, ... times at full width: dense rows ``w1-d<k>``) linearly at each ACT point's cost.
 """
 
 from __future__ import annotations
@@ -33,13 +35,40 @@ def difficulty_table(rows: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
             .agg(error=("error", "mean"), ponder_steps=("ponder_steps", "mean"), n=("score", "size")))
 
 
-def difficulty_figure(rows: pd.DataFrame, results_dir: Path, reports_dir: Path) -> list[Path]:
+def equal_cost_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per ACT knob value (seed means): accuracy and cost, and the static recurrences' accuracy at that cost.
+
+    ``static_at_cost`` is NaN outside the static points' cost range (no extrapolation); ``act_minus_static``
+    > 0 means ACT is more accurate than a static network of the same mean cost.
+    """
+    import numpy as np
+
+    static = rows[(rows["method"] == "dense") & rows["knob_value"].astype(str).str.match(r"^w1-d\d+(\.0)?$")]
+    act = rows[rows["method"] == "act"]
+    if static.empty or act.empty:
+        return pd.DataFrame()
+    curve = static.groupby("knob_value").agg(cost=("cost_pct_dense", "mean"), quality=("quality", "mean"))
+    curve = curve.sort_values("cost")
+    out = []
+    for value, group in act.groupby("knob_value", sort=False):
+        cost, quality = float(group["cost_pct_dense"].mean()), float(group["quality"].mean())
+        inside = curve["cost"].min() <= cost <= curve["cost"].max()
+        at = float(np.interp(cost, curve["cost"], curve["quality"])) if inside else float("nan")
+        out.append({"method": "act", "knob_name": group["knob_name"].iloc[0], "knob_value": str(value),
+                    "seeds": int(group["seed"].nunique()), "accuracy": quality, "cost_pct": cost,
+                    "static_points": ";".join(f"{k}:{c:.1f}%:{q:.4f}" for k, (c, q) in curve.iterrows()),
+                    "static_at_cost": at, "act_minus_static": quality - at})
+    return pd.DataFrame(out).sort_values("cost_pct", kind="stable").reset_index(drop=True)
+
+
+def difficulty_figure(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, stem: str = "parity") -> list[Path]:
+    """``<stem>_difficulty.png``, ``<stem>_difficulty.csv`` and ``<stem>_equal_cost.csv`` for one dataset's rows."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from bench.report_plots import save_figure
+    from bench.figures import save_figure
 
     table = difficulty_table(rows, Path(results_dir))
     if table.empty:
@@ -65,9 +94,14 @@ def difficulty_figure(rows: pd.DataFrame, results_dir: Path, reports_dir: Path) 
                     title="seeds pooled")
     fig.suptitle(f"parity — {dataset}; dashed = static (no ponder steps)", fontsize=10)
     fig.tight_layout()
-    path = Path(reports_dir) / "parity_difficulty.png"
+    path = Path(reports_dir) / f"{stem}_difficulty.png"
     save_figure(fig, path)
     plt.close(fig)
-    table_path = Path(reports_dir) / "parity_difficulty.csv"
+    table_path = Path(reports_dir) / f"{stem}_difficulty.csv"
     results.atomic_write_frame(table_path, table)
-    return [path, table_path]
+    written = [path, table_path]
+    equal = equal_cost_table(rows)
+    if not equal.empty:
+        written.append(Path(reports_dir) / f"{stem}_equal_cost.csv")
+        results.atomic_write_frame(written[-1], equal)
+    return written

@@ -2,8 +2,9 @@
 
 vector (Graves 2016, §3.1): one vector of length n; its first d entries (d uniform in 1..n) are ±1 at
     random, the rest 0.  Target: 1 if the number of +1 entries is odd.  Difficulty = d.
-    The dense model is a tanh RNN cell applied once (a one-hidden-layer MLP: "without ACT the recurrence
-    is never used"); ``dense.depth`` applies it a fixed number of steps instead (static baselines).
+    The dense model is a tanh RNN cell (``bench.models.rnn``) applied once (a one-hidden-layer MLP:
+    "without ACT the recurrence is never used"); ``dense.depth`` applies it a fixed number of steps
+    instead (static baselines).
 sequence (AdaTape §4.1): a length-n sequence whose elements are uniform over {−1, 0, +1} (tokens
     0/1/2 for −1/0/+1); target = number of +1 elements mod 2.  Difficulty = number of non-zero elements.
     The dense model is the shared transformer encoder with a class token.
@@ -20,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from bench.api import Batch, Task
+from bench.models.rnn import StaticRNN
 from bench.models.transformer import Encoder, EncoderConfig
 
 TEST_SEED_OFFSET = 10_000_019  # test data come from a different stream than training data
@@ -40,39 +42,6 @@ def make_sequence(n: int, count: int, generator: torch.Generator) -> tuple[Tenso
     tokens = torch.randint(0, 3, (count, n), generator=generator)
     target = ((tokens == 2).sum(dim=1) % 2).long()
     return tokens, target, (tokens != 1).sum(dim=1)
-
-
-class RNNCell(nn.Module):
-    """s' = tanh(W·[x, first-step flag, s] + b): Graves' parity cell (a flag marks the first ponder step)."""
-
-    def __init__(self, n_in: int, hidden: int):
-        super().__init__()
-        self.hidden = hidden
-        self.cell = nn.Linear(n_in + 1 + hidden, hidden)
-
-    def forward(self, x: Tensor, first: bool, state: Tensor) -> Tensor:
-        flag = torch.full_like(x[:, :1], 1.0 if first else 0.0)
-        return torch.tanh(self.cell(torch.cat([x, flag, state], dim=1)))
-
-
-class StaticRNN(nn.Module):
-    """The dense vector model: the RNN cell applied a fixed number of steps (1 = an MLP), then a head."""
-
-    def __init__(self, n: int, hidden: int, steps: int = 1, classes: int = 2):
-        super().__init__()
-        self.steps = steps
-        self.cell = RNNCell(n, hidden)
-        self.head = nn.Linear(hidden, classes)
-
-    def forward(self, x: Tensor) -> Tensor:
-        state = x.new_zeros(x.shape[0], self.cell.hidden)
-        for step in range(self.steps):
-            state = self.cell(x, step == 0, state)
-        return self.head(state)
-
-    def macs_per_sample(self) -> int:
-        cell = self.cell.cell
-        return self.steps * cell.in_features * cell.out_features + self.head.in_features * self.head.out_features
 
 
 class SequenceEmbed(nn.Module):

@@ -1,0 +1,96 @@
+"""Microbenchmarks (pytest-benchmark): run them with ``pytest --benchmark-only``.
+
+The normal test run skips them (``--benchmark-skip`` in pyproject's addopts; ``--benchmark-only``
+overrides it), so the suite stays fast; timings on a shared machine are reported, not asserted.
+Everything runs on one torch thread.
+
+* ``counter-overhead``: one evaluation forward (batch 128) of the offline ViT with and without the dispatch-level
+  MAC counter attached.  Target: counted / plain <= 1.3 (printed and stored as ``extra_info``).
+* ``acm-kernel``: one ACM MLP layer (the kernel benchmark's PyTorch paths) against the dense MLP at two
+  executed fractions, at a small shape (8 images x 17 tokens, d 64, N = 4 learners of 64).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from bench.cost import count
+
+OVERHEAD_TARGET = 1.3
+_medians: dict[str, float] = {}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread: with two OpenMP threads on a shared machine, barrier waits dominate small ops."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def vit_batch():
+    from tasks.imagenet.vit import build_vit, vit_config
+
+    torch.manual_seed(0)
+    return build_vit(vit_config("small")).eval(), torch.randn(128, 1, 28, 28)
+
+
+def _median(benchmark) -> float:
+    return float(benchmark.stats.stats.median)
+
+
+@pytest.mark.benchmark(group="counter-overhead")
+def test_bench_eval_plain(benchmark, vit_batch):
+    model, x = vit_batch
+    with torch.inference_mode():
+        out = benchmark(model, x)
+    assert out.shape == (128, 10)
+    _medians["plain"] = _median(benchmark)
+
+
+@pytest.mark.benchmark(group="counter-overhead")
+def test_bench_eval_counted(benchmark, vit_batch):
+    model, x = vit_batch
+    with torch.inference_mode():
+        report = benchmark(count, model, x)
+    assert report.macs > 0 and report.uncounted == []
+    if "plain" in _medians:
+        ratio = _median(benchmark) / _medians["plain"]
+        benchmark.extra_info["overhead_vs_plain"] = round(ratio, 3)
+        benchmark.extra_info["target"] = OVERHEAD_TARGET
+        print(f"\ncounter overhead: {ratio:.2f}x plain evaluation (target <= {OVERHEAD_TARGET}x)")
+
+
+def _acm_layer():
+    torch.manual_seed(0)
+    tokens, d, n_learners, width = 8 * 17, 64, 4, 64
+    dense = nn.Sequential(nn.Linear(d, n_learners * width), nn.GELU(), nn.Linear(n_learners * width, d)).eval()
+    w1, b1, w2 = dense[0].weight.detach(), dense[0].bias.detach(), dense[2].weight.detach()
+    return dense, (w1, b1, w2), torch.randn(tokens, d), n_learners, width
+
+
+@pytest.mark.benchmark(group="acm-kernel")
+def test_bench_dense_mlp(benchmark):
+    dense, _, x, _, _ = _acm_layer()
+    with torch.inference_mode():
+        assert benchmark(dense, x).shape == x.shape
+
+
+@pytest.mark.benchmark(group="acm-kernel")
+@pytest.mark.parametrize("variant", ["acm_sorted", "acm_naive"])
+@pytest.mark.parametrize("fraction", [0.25, 1.0])
+def test_bench_acm_layer(benchmark, variant, fraction):
+    from bench.kernels import acm_torch
+
+    dense, (w1, b1, w2), x, n_learners, width = _acm_layer()
+    k = acm_torch.random_k(x.shape[0], n_learners, fraction, torch.Generator().manual_seed(0))
+    impl = getattr(acm_torch, variant)
+    with torch.inference_mode():
+        out = benchmark(impl, x, k, w1, b1, w2, width, "gelu")
+        if fraction == 1.0:  # every learner ran: the dense MLP's output (the ACM paths leave out fc2's bias)
+            torch.testing.assert_close(out, dense(x) - dense[2].bias, rtol=1e-4, atol=1e-4)
+    benchmark.extra_info["executed_fraction"] = float(k.double().mean()) / n_learners
