@@ -505,8 +505,18 @@ def task_figures(view: TaskView, results_dir: Path, reports_dir: Path, stem: str
     return [Path(p) for p in draw(*args)]
 
 
+SLUG_MAX = 60  # longer dataset descriptions are cut and made unique by a hash of the full text
+
+
 def _slug(text: str) -> str:
-    return re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9.=-]+", "_", text)).strip("_")
+    """A file-name-safe form of ``text``; over SLUG_MAX characters: its start plus 8 hex digits of its
+    SHA-256 (stable, and distinct datasets with a common start still get distinct names)."""
+    import hashlib
+
+    slug = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9.=-]+", "_", text)).strip("_")
+    if len(slug) <= SLUG_MAX:
+        return slug
+    return slug[:SLUG_MAX - 9].rstrip("_") + "_" + hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
 def view_stems(views: list[TaskView]) -> dict[tuple[str, str], str]:

@@ -113,3 +113,13 @@ def test_parity_equal_cost_table_interpolates_the_static_recurrences():
     assert table.loc["0.001", "act_minus_static"] == pytest.approx(0.06)
     assert table.loc["0.001", "seeds"] == 2
     assert np.isnan(table.loc["0.1", "static_at_cost"])  # cheaper than any static point: not extrapolated
+
+
+def test_long_dataset_names_give_short_distinct_stems():
+    from bench.report import SLUG_MAX, _slug
+
+    a = "speech corpus " + "x" * 200 + " eval A"
+    b = "speech corpus " + "x" * 200 + " eval B"
+    assert len(_slug(a)) <= SLUG_MAX and len(_slug(b)) <= SLUG_MAX
+    assert _slug(a) != _slug(b) and _slug(a) == _slug(a)
+    assert _slug("parity-vector n=16") == "parity-vector_n=16"
