@@ -165,3 +165,9 @@ class Method:
     def train_budget(self) -> str:
         """The training budget this method spent, stated for the row."""
         return ""
+
+    def task_method_steps(self) -> int:
+        """The training budget every method gets on top of the dense base model: the task's
+        ``method_steps``, or the base model's own step count for a task that defines none."""
+        steps = getattr(self.task.cfg, "method_steps", None)
+        return int(steps) if steps is not None else int(self.task.base_budget()["steps"])

@@ -115,8 +115,7 @@ class ACMMethod(Method):
                              gate_activation=str(c.gate_activation), keep_output_bias=bool(c.keep_output_bias))
 
     def total_steps(self) -> int:
-        steps = getattr(self.task.cfg, "method_steps", None)
-        return int(steps) if steps is not None else int(self.task.base_budget()["steps"])
+        return self.task_method_steps()
 
     def plan(self) -> dict[str, int]:
         """Steps of each stage: 2/1/97 of the budget; stages 1–2 get at least ``min_distill_steps`` /

@@ -63,10 +63,7 @@ class AViT(Method):
     name = "avit"
 
     def total_steps(self) -> int:
-        if int(self.cfg.total_steps):
-            return int(self.cfg.total_steps)
-        steps = getattr(self.task.cfg, "method_steps", None)
-        return int(steps) if steps is not None else int(self.task.base_budget()["steps"])
+        return int(self.cfg.total_steps) or self.task_method_steps()
 
     def target_depth(self, n_layers: int) -> float:
         return float(self.cfg.target_depth) or 2.0 * n_layers / 3.0

@@ -71,10 +71,7 @@ class DAT(Method):
 
     # --- budget ---------------------------------------------------------------------------------
     def total_steps(self) -> int:
-        if int(self.cfg.total_steps):
-            return int(self.cfg.total_steps)
-        steps = getattr(self.task.cfg, "method_steps", None)
-        return int(steps) if steps is not None else int(self.task.base_budget()["steps"])
+        return int(self.cfg.total_steps) or self.task_method_steps()
 
     def plan(self) -> dict[str, int]:
         total = self.total_steps()
