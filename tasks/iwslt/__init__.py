@@ -40,9 +40,13 @@ class TranslationConfig:
     dropout: float = param(0.1, min=0.0, max=0.9, help="dropout (paper's IWSLT: 0.3)")
     label_smoothing: float = param(0.1, min=0.0, max=0.9, help="label smoothing of the training loss")
     tie_output: bool = param(False, help="tie the decoder's output classifier to its token embedding (WMT)")
-    train_steps: int = param(700, min=0, help="optimizer steps of the dense base model")
-    method_steps: int = param(400, min=0, help="TOTAL training steps every method gets on top of the base model")
+    train_steps: int = param(3000, min=0, help="optimizer steps of the dense base model")
+    method_steps: int = param(1000, min=0, help="TOTAL training steps every method gets on top of the base model")
     batch_size: int = param(64, min=1, help="training batch size (sentence pairs)")
+    bucket: int = param(50, min=1, help="length bucketing of training batches: each epoch is shuffled, cut "
+                                        "into pools of bucket x batch_size pairs, each pool sorted by length "
+                                        "and cut into batches, batch order shuffled (less padding); 1 = plain "
+                                        "random batches")
     lr: float = param(2e-3, min=0.0, help="peak learning rate (linear warm-up, cosine decay)")
     warmup: int = param(100, min=0, help="linear warm-up steps")
     grad_clip: float = param(1.0, min=0.0, help="gradient-norm clipping (0 = off)")

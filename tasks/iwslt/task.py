@@ -68,6 +68,7 @@ class TranslationTask(Task):
         if limit and limit < len(self._eval_pairs):
             self._eval_pairs = D.Pairs(self._eval_pairs.src[:limit], self._eval_pairs.tgt[:limit])
         self.positions = int(cfg.max_tokens) + 2
+        self._batch_cache: dict[tuple[int, int], list[np.ndarray]] = {}
 
     # --- data ---------------------------------------------------------------------------------------
     @functools.cached_property
@@ -133,12 +134,38 @@ class TranslationTask(Task):
                 x[i, 1, : len(tgt_in[i])] = torch.as_tensor(tgt_in[i])
         return x
 
+    def _epoch_batches(self, epoch: int, batch_size: int) -> list[np.ndarray]:
+        """The training batches of one epoch (indices), deterministic in (seed, epoch).
+
+        Length bucketing as in fairseq's batching: shuffle, cut into pools of ``bucket`` batches, sort each
+        pool by length, cut it into batches, shuffle the batch order.  Every batch is full: the last
+        n mod batch_size pairs of the shuffled epoch are left out of that epoch.
+        """
+        key = (epoch, batch_size)
+        if key not in self._batch_cache:
+            src, tgt = self._train_ids
+            n = len(src)
+            if n < batch_size:
+                raise UserError(f"{self.name}.batch_size={batch_size} is larger than the {n} training pairs")
+            lengths = np.array([max(len(a), len(b) + 1) for a, b in zip(src, tgt)])
+            rng = np.random.default_rng([self.run.seed, epoch])
+            perm = rng.permutation(n)[: n - n % batch_size]
+            pool = batch_size * int(self.cfg.bucket)
+            batches: list[np.ndarray] = []
+            for start in range(0, len(perm), pool):
+                chunk = perm[start:start + pool]
+                if int(self.cfg.bucket) > 1:
+                    chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+                batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+            order = rng.permutation(len(batches)) if int(self.cfg.bucket) > 1 else range(len(batches))
+            self._batch_cache = {key: [batches[i] for i in order]}
+        return self._batch_cache[key]
+
     def train_batch(self, step: int, batch_size: int) -> Batch:
         src, tgt = self._train_ids
-        n = len(src)
-        epoch, pos = divmod(step * batch_size, n)
-        perm = np.random.default_rng([self.run.seed, epoch]).permutation(n)
-        idx = np.concatenate([perm, np.random.default_rng([self.run.seed, epoch + 1]).permutation(n)])[pos:pos + batch_size]
+        per_epoch = len(src) // batch_size if len(src) >= batch_size else 1
+        epoch, pos = divmod(step, per_epoch)
+        idx = self._epoch_batches(epoch, batch_size)[pos]
         s = [src[i] for i in idx]
         t_in = [[S.BOS] + tgt[i] for i in idx]
         t_out = [tgt[i] + [S.EOS] for i in idx]
