@@ -26,6 +26,11 @@ class CCTConfig:
                                   help="initial output bias of the control networks (3: every unit starts "
                                        "on, so training starts from the dense model's function)")
     lr: float = param(0.0, min=0.0, help="learning rate (0 = the task's)")
+    pairs: str = param("diagonal", choices=["diagonal", "decoder", "cross"],
+                       help="encoder-decoder tasks: the (encoder, decoder) budget points evaluated on the one "
+                            "model: diagonal = (p, p), decoder = (1, p), cross = every pair of distinct "
+                            "budgets; training always draws the two budgets independently (the paper's "
+                            "cross product)")
 
 
 def _support(task, task_cfg):
@@ -35,10 +40,9 @@ def _support(task, task_cfg):
     if task.name == "imagenet":
         return None
     if "encoder-decoder" in task.backbones(task_cfg):
-        return ("CCT on the encoder-decoder (encoder and decoder budgets, gated cached decoding) is not "
-                "implemented yet")
-    return ("CCT is implemented for unpadded encoder inputs (image patches); this task's padded sequences "
-            "are not supported yet")
+        return None
+    return ("CCT is implemented for unpadded encoder inputs (image patches) and the encoder-decoder; this "
+            "task's padded encoder-only sequences are not supported yet")
 
 
 SPEC = register_method(MethodSpec(

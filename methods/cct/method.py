@@ -10,6 +10,12 @@ noise come from generators seeded by (seed, step), so an interrupted run resumes
 
 Evaluation: one model, every distinct budget is one point (eval-time knob); the real path runs a unit
 iff its gate is ≥ 0.5; the cost is the realised usage (never the nominal p), control networks included.
+
+Encoder–decoder tasks (translation, methods/cct/seq2seq.py): the encoder and the decoder have their own
+budget symbols; each training sentence draws its encoder budget and its decoder budget independently
+from ``cct.budgets`` (the paper's cross product), and the budget loss is summed over (sub-network,
+budget group).  Evaluation points are (encoder, decoder) pairs chosen by ``cct.pairs``; the knob value
+reads ``e<p_enc>-d<p_dec>``.
 """
 
 from __future__ import annotations
@@ -20,11 +26,13 @@ import torch
 from torch import Tensor, nn
 
 import bench.models.transformer as skeleton
-from bench import train
+from bench import registry, train
 from bench.api import Batch, Method
 from bench.errors import UserError
 from bench.run import code_version, plain
+from bench.models.seq2seq import EncoderDecoder
 from methods.cct import model as M
+from methods.cct import seq2seq as S2S
 
 
 class CCT(Method):
@@ -45,6 +53,8 @@ class CCT(Method):
 
     def build(self) -> nn.Module:
         base = self.run.base_model(self.task)
+        if isinstance(base, EncoderDecoder):
+            return self._build_seq2seq(base)
         if not isinstance(base, skeleton.Encoder):
             raise UserError(f"cct needs a skeleton Encoder backbone; task {self.task.name} built "
                             f"{type(base).__name__}")
@@ -85,18 +95,77 @@ class CCT(Method):
         model.eval()
         return model
 
+    def _build_seq2seq(self, base: EncoderDecoder) -> nn.Module:
+        torch.manual_seed(self.run.seed)
+        c = self.cfg
+        try:
+            model = S2S.CCTSeq2Seq(base, len(self.points), int(c.slices), int(c.gate_hidden), float(c.gate_bias_init))
+        except ValueError as err:
+            raise UserError(f"cct.slices={c.slices}: {err}") from None
+        budget = self.budget()
+        model.calibrate(self.task.train_batch(0, budget["batch_size"]).x)
+        symbol_of = torch.tensor([self.points.index(p) for p in self.train_budgets])
+        values = torch.tensor(self.points, dtype=torch.float64)
+        state = {"step": 0}
+        steps, alpha_max, weight = budget["steps"], float(c.alpha_max), float(c.budget_weight)
+
+        def batch_fn(step: int) -> Batch:
+            state["step"] = step
+            return self.task.train_batch(step, budget["batch_size"])
+
+        def loss_fn(m: nn.Module, batch: Batch) -> Tensor:
+            generator = torch.Generator(device=batch.x.device)
+            generator.manual_seed(self.run.seed * 1_000_003 + state["step"])
+            draws = torch.randint(len(self.train_budgets), (2, len(batch)), generator=generator)
+            enc, dec = (symbol_of[d].to(batch.x.device) for d in draws)
+            m.alpha = alpha_max * state["step"] / max(1, steps - 1)
+            m.generator = generator
+            logits = m(batch.x, enc, dec)
+            return self.task.loss(logits, batch) + weight * m.budget_loss(enc, dec, values)
+
+        key = {"base": {"task": self.task.name, "cfg": plain(self.task.cfg), "seed": self.run.seed,
+                        "code": code_version(type(self.task), skeleton, train, type(base))},
+               "cct": {k: v for k, v in plain(c).items() if k != "pairs"}, "budget": budget,
+               "code": code_version(S2S, M.ControlNet, CCT)}
+        self.run.fit(model, batch_fn, loss_fn, owner="cct", name="cct-seq2seq", key=key, steps=steps,
+                     lr=budget["lr"], **budget["fit"])
+        model.alpha, model.generator = 0.0, None
+        model.eval()
+        return model
+
     # --- knob ---------------------------------------------------------------------------------------
-    def knob_values(self) -> list[float]:
-        return list(self.points)
+    def _seq2seq(self) -> bool:
+        spec = registry.task_spec(self.run.task_name)
+        return "encoder-decoder" in spec.backbones(self.task.cfg)
+
+    def knob_values(self) -> list[Any]:
+        if not self._seq2seq():
+            return list(self.points)
+        if self.cfg.pairs == "diagonal":
+            pairs = [(p, p) for p in self.points]
+        elif self.cfg.pairs == "decoder":
+            pairs = [(max(self.points), p) for p in self.points]
+        else:
+            pairs = [(e, d) for e in self.points for d in self.points]
+        return [f"e{e:g}-d{d:g}" for e, d in pairs]
 
     def set_knob(self, model: nn.Module, value: Any) -> None:
+        if isinstance(model, S2S.CCTSeq2Seq):
+            enc, dec = str(value)[1:].split("-d")
+            model.enc_budget_index = self.points.index(float(enc))
+            model.dec_budget_index = self.points.index(float(dec))
+            return
         model.budget_index = self.points.index(float(value))
 
     def sample_macs(self, model: nn.Module, batch: Batch) -> Tensor:
+        if isinstance(model, S2S.CCTSeq2Seq):
+            return model.last_sample_macs.double()
         return model.sample_macs()
 
     def sample_columns(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
         """Realised share of the gated cost, and per (layer, unit) the share of tokens that ran it."""
+        if isinstance(model, S2S.CCTSeq2Seq):
+            return {k: v.float() for k, v in model.usage_fractions().items()}
         columns = {"gated_fraction": model.gated_fraction().float()}
         for i, block in enumerate(model.blocks):
             d = block.last
