@@ -30,3 +30,15 @@ def test_cct_gate_usage_figure_from_rows(tmp_path):
     assert sorted(table["budget"].unique()) == [0.5, 1.0]
     assert set(table["unit"]) == {"kv", "att", "ffn0", "ffn1", "ffn2", "ffn3"}
     assert table["usage"].between(0, 1).all() and paths[0].exists()
+
+
+def test_cct_gate_usage_figure_on_translation_rows(tmp_path):
+    cfg = compose_tiny("cct", "iwslt", tmp_path, "timing=false", "cct.budgets=[1.0,0.5]", "cct.pairs=cross")
+    runner.run(cfg, "cct", "iwslt", "test")
+    paths = cct_figures.draw(tmp_path / "results", tmp_path / "reports", "iwslt")
+    table = pd.read_csv(paths[1])
+    assert sorted(table["budget"].unique()) == ["e0.5-d0.5", "e0.5-d1", "e1-d0.5", "e1-d1"]
+    assert set(table[table["layer"].str.startswith("enc")]["unit"]) == {"kv", "att", "ffn0", "ffn1", "ffn2", "ffn3"}
+    assert set(table[table["layer"].str.startswith("dec")]["unit"]) == {"kv", "att", "xkv", "xatt", "ffn0", "ffn1",
+                                                                         "ffn2", "ffn3"}
+    assert table["usage"].between(0, 1).all() and set(table["metric"]) == {"bleu"} and paths[0].exists()

@@ -3,7 +3,8 @@
 ``python -m methods.cct.figures [--task imagenet] [--results-dir results] [--reports-dir reports]``
 reads every ``cct`` row of the task and its per-sample file (columns ``use_l<layer>_<unit>`` = share of
 the sample's tokens that ran the unit: kv = K/V projections, att = the attention sublayer, ffn<i> =
-FFN slice i) and writes
+FFN slice i; encoder–decoder tasks: ``use_e<layer>_<unit>`` and ``use_d<layer>_<unit>`` for encoder and
+decoder blocks, with xkv/xatt = the cross-attention's K/V and query sublayer) and writes
 
 - ``cct_gate_usage_<task>.png``: one heatmap per budget (layers × units, seeds pooled), titled with the
   realised share of the gated cost and top-1;
@@ -20,7 +21,8 @@ import pandas as pd
 
 from bench import results
 
-COLUMN = re.compile(r"use_l(\d+)_(\w+)")
+COLUMN = re.compile(r"use_([led])(\d+)_(\w+)")
+STACK = {"l": "layer", "e": "enc", "d": "dec"}
 
 
 def table(results_dir: Path, task: str) -> pd.DataFrame:
@@ -35,21 +37,30 @@ def table(results_dir: Path, task: str) -> pd.DataFrame:
         for column in samples.columns:
             match = COLUMN.fullmatch(column)
             if match:
-                records.append({"dataset": row.dataset, "budget": float(row.knob_value), "seed": row.seed,
-                                "layer": int(match.group(1)), "unit": match.group(2),
-                                "usage": float(samples[column].mean()),
-                                "gated_fraction": float(samples["gated_fraction"].mean()),
+                stack = match.group(1)
+                gated = float(samples["gated_fraction"].mean()) if "gated_fraction" in samples else float("nan")
+                records.append({"dataset": row.dataset, "budget": str(row.knob_value), "seed": row.seed,
+                                "layer": f"{STACK[stack]} {int(match.group(2)) + 1}",
+                                "order": (stack == "d", int(match.group(2))), "unit": match.group(3),
+                                "usage": float(samples[column].mean()), "gated_fraction": gated, "metric": row.metric,
                                 "quality": float(row.quality), "cost_pct_dense": float(row.cost_pct_dense)})
     if not records:
         return pd.DataFrame()
     data = pd.DataFrame(records)
-    return (data.groupby(["dataset", "budget", "layer", "unit"], as_index=False)
+    data["order"] = data["order"].map(lambda o: 1000 * int(o[0]) + o[1])
+    return (data.groupby(["dataset", "budget", "order", "layer", "unit", "metric"], as_index=False)
             .agg(usage=("usage", "mean"), gated_fraction=("gated_fraction", "mean"), quality=("quality", "mean"),
                  cost_pct_dense=("cost_pct_dense", "mean"), seeds=("seed", "nunique")))
 
 
 def _unit_order(units) -> list[str]:
-    return sorted(units, key=lambda u: (0 if u == "kv" else 1 if u == "att" else 2, u))
+    rank = {"kv": 0, "att": 1, "xkv": 2, "xatt": 3}
+    return sorted(units, key=lambda u: (rank.get(u, 4), u))
+
+
+def _budget_key(label: str) -> tuple[float, ...]:
+    """Budget labels: ``0.5`` (one budget) or ``e0.5-d0.2`` (encoder, decoder); largest first."""
+    return tuple(-float(part) for part in re.findall(r"[\d.]+", label))
 
 
 def draw(results_dir: Path, reports_dir: Path, task: str) -> list[Path]:
@@ -63,29 +74,33 @@ def draw(results_dir: Path, reports_dir: Path, task: str) -> list[Path]:
     data = table(results_dir, task)
     if data.empty:
         return []
-    budgets = sorted(data["budget"].unique(), reverse=True)
+    budgets = sorted(data["budget"].unique(), key=_budget_key)
     units = _unit_order(data["unit"].unique())
-    fig, axes = plt.subplots(1, len(budgets), figsize=(3.4 * len(budgets) + 1.2, 4.0), squeeze=False)
+    layers = list(data.sort_values("order")["layer"].drop_duplicates())
+    height = 4.0 if len(layers) <= 6 else 0.45 * len(layers) + 1.6
+    fig, axes = plt.subplots(1, len(budgets), figsize=(3.4 * len(budgets) + 1.2, height), squeeze=False)
     image = None
     for ax, budget in zip(axes[0], budgets):
         part = data[data["budget"] == budget]
-        grid = part.pivot(index="layer", columns="unit", values="usage")[units]
+        grid = part.pivot(index="layer", columns="unit", values="usage").reindex(index=layers, columns=units)
         image = ax.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto")
-        for (i, j), value in pd.DataFrame(grid.to_numpy()).stack().items():
+        for (i, j), value in pd.DataFrame(grid.to_numpy()).stack().dropna().items():
             ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
                     color="white" if value < 0.6 else "black")
         ax.set_xticks(range(len(units)), units, fontsize=8)
-        ax.set_yticks(range(len(grid.index)), [f"layer {i + 1}" if ax is axes[0][0] else "" for i in grid.index],
-                      fontsize=8)
+        ax.set_yticks(range(len(grid.index)), [str(i) if ax is axes[0][0] else "" for i in grid.index], fontsize=8)
         first = part.iloc[0]
-        ax.set_title(f"budget p={budget:g}: gated units ran {first['gated_fraction']:.2f}\n"
-                     f"{first['cost_pct_dense']:.0f}% of dense MACs, top-1 {first['quality']:.3f}", fontsize=8)
+        ran = "" if pd.isna(first["gated_fraction"]) else f": gated units ran {first['gated_fraction']:.2f}"
+        metric = "top-1" if first["metric"] == "top1" else first["metric"]
+        ax.set_title(f"budget {budget}{ran}\n{first['cost_pct_dense']:.0f}% of dense MACs, {metric} "
+                     f"{first['quality']:.3g}", fontsize=8)
     fig.colorbar(image, cax=fig.add_axes((0.89, 0.12, 0.012, 0.6)), label="share of tokens that ran the unit")
     seeds = int(data["seeds"].max())
-    fig.suptitle(f"CCT gate usage by layer and unit (kv = K/V projections, att = attention sublayer, ffn<i> = "
-                 f"FFN slice i)\n{task}: {data['dataset'].iloc[0]}; {seeds} seed{'s' if seeds > 1 else ''} pooled",
-                 fontsize=9)
-    fig.subplots_adjust(top=0.74, bottom=0.1, left=0.06, right=0.86, wspace=0.15)
+    cross = ", xkv/xatt = cross-attention K/V / sublayer" if "xatt" in units else ""
+    fig.suptitle(f"CCT gate usage by layer and unit (kv = K/V projections, att = attention sublayer{cross}, "
+                 f"ffn<i> = FFN slice i)\n{task}: {data['dataset'].iloc[0]}; {seeds} seed{'s' if seeds > 1 else ''} "
+                 "pooled", fontsize=9)
+    fig.subplots_adjust(top=0.74 if len(layers) <= 6 else 0.86, bottom=0.1, left=0.07, right=0.86, wspace=0.15)
     reports_dir.mkdir(parents=True, exist_ok=True)
     path = reports_dir / f"cct_gate_usage_{task}.png"
     save_figure(fig, path)
