@@ -10,6 +10,7 @@ mean) and decoder MACs per generated token (Σ decoder_macs / Σ out_tokens over
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +54,8 @@ def depth_table(rows: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
 
 
 def exit_position_table(rows: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
-    """Counts of (knob value, token position, exit block) over the final hypotheses of dat rows (seeds pooled)."""
+    """Counts of (oracle, knob value, token position, exit block) over the final hypotheses of dat rows
+    (seeds pooled)."""
     frames = []
     for row in rows[rows["method"] == "dat"].itertuples(index=False):
         try:
@@ -67,11 +69,13 @@ def exit_position_table(rows: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
         long = long[long["exit"] > 0]
         long["position"] = long["position"].str[6:].astype(int) + 1
         long["knob_value"] = str(row.knob_value)
+        oracle = re.search(r"oracle=(\w+)", str(row.variant))
+        long["oracle"] = oracle.group(1) if oracle else ""
         frames.append(long)
     if not frames:
         return pd.DataFrame()
     data = pd.concat(frames, ignore_index=True)
-    return data.groupby(["knob_value", "position", "exit"], as_index=False).size()
+    return data.groupby(["oracle", "knob_value", "position", "exit"], as_index=False).size()
 
 
 def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path) -> list[Path]:
@@ -120,14 +124,18 @@ def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path
 
     exits = exit_position_table(rows, results_dir)
     if not exits.empty:
-        values = [v for v in exits["knob_value"].unique() if not v.startswith("exit")]
-        if values:
-            fig, axes = plt.subplots(1, len(values), figsize=(4.2 * len(values) + 1, 3.8), squeeze=False,
+        panels = sorted({(o, v) for o, v in zip(exits["oracle"], exits["knob_value"]) if not v.startswith("exit")},
+                        key=lambda p: (p[0], float(p[1])))
+        if panels:
+            several = len({o for o, _ in panels}) > 1
+            cols = min(5, len(panels))
+            rows_n = -(-len(panels) // cols)
+            fig, axes = plt.subplots(rows_n, cols, figsize=(3.6 * cols + 1, 3.2 * rows_n), squeeze=False,
                                      constrained_layout=True)
-            for ax, value in zip(axes[0], sorted(values, key=float)):
-                part = exits[exits["knob_value"] == value]
+            blocks = int(exits["exit"].max())  # the same block axis in every panel
+            for ax, (oracle, value) in zip(axes.flat, panels):
+                part = exits[(exits["knob_value"] == value) & (exits["oracle"] == oracle)]
                 positions = int(min(part["position"].max(), 25))
-                blocks = int(exits["exit"].max())  # the same block axis in every panel
                 grid = np.zeros((blocks, positions))
                 for rec in part.itertuples(index=False):
                     if rec.position <= positions:
@@ -135,9 +143,11 @@ def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path
                 grid = grid / np.maximum(grid.sum(axis=0, keepdims=True), 1)
                 im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=1,
                                extent=(0.5, positions + 0.5, 0.5, blocks + 0.5))
-                ax.set(title=f"τ = {value}", xlabel="output token position", ylabel="exit block",
-                       yticks=range(1, blocks + 1))
-            fig.colorbar(im, ax=axes[0].tolist(), label="share of tokens at the position")
+                ax.set(title=f"τ = {value}" + (f" ({oracle} oracle)" if several and oracle else ""),
+                       xlabel="output token position", ylabel="exit block", yticks=range(1, blocks + 1))
+            for ax in list(axes.flat)[len(panels):]:
+                ax.axis("off")
+            fig.colorbar(im, ax=axes.ravel().tolist(), label="share of tokens at the position")
             fig.suptitle(f"{task} — dat: exit depth by token position (final hypotheses, seeds pooled)", fontsize=10)
             path = reports_dir / f"{task}_dat_exits.png"
             save_figure(fig, path)
