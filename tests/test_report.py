@@ -201,3 +201,19 @@ def test_rows_without_timing_ratios_still_report(tmp_path):
     (view,) = report.task_views(frame)
     assert report.timing_view(view) is None
     assert math.isnan(view.points["latency_ratio"].iloc[0])
+
+
+def test_dense_rows_with_another_base_budget_are_their_own_variant(tmp_path):
+    """An equal-total-budget control (``imagenet.train_steps=...``) must never replace the dense base row
+    in reports: rows are kept per (…, variant, knob value, seed) and the control's variant names the
+    changed budget."""
+    from bench import config, runner
+
+    def variant(*overrides: str) -> str:
+        cfg = config.compose(["method=dense", "task=parity", f"cache_dir={tmp_path}", *overrides])
+        _, _, method = runner.build(cfg, "dense", "parity")
+        return method.variant()
+
+    assert variant() == ""
+    assert variant("parity.train_steps=7") == "train_steps=7 (default 20000)"
+    assert variant("parity.train_steps=7", "parity.lr=0.5") == "train_steps=7 (default 20000);lr=0.5 (default 0.001)"

@@ -7,10 +7,18 @@ baseline points trained with the same budget.  Per-sample cost is the analytic c
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import Tensor, nn
 
+from bench import registry
 from bench.api import Batch, Method
+
+# Keys of a task's base training budget: a dense row trained with other values than the task's defaults
+# is a different model (e.g. an equal-total-budget control), named in the row's variant so that reports
+# never take it for the task's dense base.
+BUDGET_KEYS = ("train_steps", "batch_size", "lr")
 
 
 def analytic_macs(model: nn.Module, batch: Batch) -> Tensor:
@@ -41,6 +49,16 @@ class Dense(Method):
 
     def sample_macs(self, model: nn.Module, batch: Batch) -> Tensor:
         return analytic_macs(model, batch)
+
+    def variant(self) -> str:
+        spec = registry.task_spec(self.run.task_name)
+        changed = []
+        for field in dataclasses.fields(spec.config):
+            if field.name in BUDGET_KEYS and field.name in self.task.cfg:
+                value = self.task.cfg[field.name]
+                if value != field.default:
+                    changed.append(f"{field.name}={value:g} (default {field.default:g})")
+        return ";".join(changed)
 
     def train_budget(self) -> str:
         budget = self.task.base_budget()
