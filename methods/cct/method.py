@@ -54,14 +54,16 @@ class CCT(Method):
     def build(self) -> nn.Module:
         base = self.run.base_model(self.task)
         if isinstance(base, EncoderDecoder):
-            return self._build_seq2seq(base)
-        if not isinstance(base, skeleton.Encoder):
-            raise UserError(f"cct needs a skeleton Encoder backbone; task {self.task.name} built "
-                            f"{type(base).__name__}")
+            convert, budgets_per_sample, name = S2S.CCTSeq2Seq, 2, "cct-seq2seq"  # encoder and decoder symbols
+        elif isinstance(base, skeleton.Encoder):
+            convert, budgets_per_sample, name = M.CCTModel, 1, "cct"
+        else:
+            raise UserError(f"cct needs a skeleton Encoder or EncoderDecoder backbone; task {self.task.name} "
+                            f"built {type(base).__name__}")
         torch.manual_seed(self.run.seed)
         c = self.cfg
         try:
-            model = M.CCTModel(base, len(self.points), int(c.slices), int(c.gate_hidden), float(c.gate_bias_init))
+            model = convert(base, len(self.points), int(c.slices), int(c.gate_hidden), float(c.gate_bias_init))
         except ValueError as err:
             raise UserError(f"cct.slices={c.slices}: {err}") from None
         budget = self.budget()
@@ -78,58 +80,21 @@ class CCT(Method):
         def loss_fn(m: nn.Module, batch: Batch) -> Tensor:
             generator = torch.Generator(device=batch.x.device)
             generator.manual_seed(self.run.seed * 1_000_003 + state["step"])
-            draw = torch.randint(len(self.train_budgets), (len(batch),), generator=generator)
-            symbols = symbol_of[draw].to(batch.x.device)
+            draws = torch.randint(len(self.train_budgets), (budgets_per_sample, len(batch)), generator=generator)
+            symbols = [symbol_of[d].to(batch.x.device) for d in draws]  # per sub-network: [B] symbol indices
             m.alpha = alpha_max * state["step"] / max(1, steps - 1)
             m.generator = generator
-            logits = m(batch.x, symbols)
-            return self.task.loss(logits, batch) + weight * m.budget_loss(symbols, values)
-
-        key = {"base": {"task": self.task.name, "cfg": plain(self.task.cfg), "seed": self.run.seed,
-                        "code": code_version(type(self.task), skeleton, train)},
-               "cct": plain(c), "budget": budget, "code": code_version(M, CCT)}
-        self.run.fit(model, batch_fn, loss_fn, owner="cct", name="cct", key=key, steps=steps, lr=budget["lr"],
-                     **budget["fit"])
-        model.alpha, model.generator = 0.0, None
-        model.real_path = True
-        model.eval()
-        return model
-
-    def _build_seq2seq(self, base: EncoderDecoder) -> nn.Module:
-        torch.manual_seed(self.run.seed)
-        c = self.cfg
-        try:
-            model = S2S.CCTSeq2Seq(base, len(self.points), int(c.slices), int(c.gate_hidden), float(c.gate_bias_init))
-        except ValueError as err:
-            raise UserError(f"cct.slices={c.slices}: {err}") from None
-        budget = self.budget()
-        model.calibrate(self.task.train_batch(0, budget["batch_size"]).x)
-        symbol_of = torch.tensor([self.points.index(p) for p in self.train_budgets])
-        values = torch.tensor(self.points, dtype=torch.float64)
-        state = {"step": 0}
-        steps, alpha_max, weight = budget["steps"], float(c.alpha_max), float(c.budget_weight)
-
-        def batch_fn(step: int) -> Batch:
-            state["step"] = step
-            return self.task.train_batch(step, budget["batch_size"])
-
-        def loss_fn(m: nn.Module, batch: Batch) -> Tensor:
-            generator = torch.Generator(device=batch.x.device)
-            generator.manual_seed(self.run.seed * 1_000_003 + state["step"])
-            draws = torch.randint(len(self.train_budgets), (2, len(batch)), generator=generator)
-            enc, dec = (symbol_of[d].to(batch.x.device) for d in draws)
-            m.alpha = alpha_max * state["step"] / max(1, steps - 1)
-            m.generator = generator
-            logits = m(batch.x, enc, dec)
-            return self.task.loss(logits, batch) + weight * m.budget_loss(enc, dec, values)
+            logits = m(batch.x, *symbols)
+            return self.task.loss(logits, batch) + weight * m.budget_loss(*symbols, values)
 
         key = {"base": {"task": self.task.name, "cfg": plain(self.task.cfg), "seed": self.run.seed,
                         "code": code_version(type(self.task), skeleton, train, type(base))},
                "cct": {k: v for k, v in plain(c).items() if k != "pairs"}, "budget": budget,
-               "code": code_version(S2S, M.ControlNet, CCT)}
-        self.run.fit(model, batch_fn, loss_fn, owner="cct", name="cct-seq2seq", key=key, steps=steps,
-                     lr=budget["lr"], **budget["fit"])
+               "code": code_version(M, S2S, CCT)}
+        self.run.fit(model, batch_fn, loss_fn, owner="cct", name=name, key=key, steps=steps, lr=budget["lr"],
+                     **budget["fit"])
         model.alpha, model.generator = 0.0, None
+        model.real_path = True
         model.eval()
         return model
 

@@ -75,23 +75,17 @@ def _calibrate(norm: nn.LayerNorm, values: Tensor) -> None:
         norm.bias.fill_(float(mean))
 
 
-class CCTBlock(nn.Module):
-    def __init__(self, block: Block, slices: int, gate_hidden: int, gate_bias: float, eps: float,
-                 activation: str):
+class SlicedFFN(nn.Module):
+    """The dense MLP split into M slices (fc1 rows / fc2 columns), each with its own input and output
+    LayerNorm; fc2's bias is shared equally among the slices."""
+
+    def __init__(self, mlp: nn.Module, norm2: nn.LayerNorm, slices: int, activation: str, eps: float):
         super().__init__()
-        attn, mlp = block.attn, block.mlp
-        d, d_mlp = attn.d_model, mlp.fc1.out_features
+        d, d_mlp = mlp.fc1.in_features, mlp.fc1.out_features
         if d_mlp % slices:
             raise ValueError(f"MLP width {d_mlp} is not divisible by {slices} slices")
-        self.d, self.heads, self.slices, self.width = d, attn.n_heads, slices, d_mlp // slices
-        self.norm1, self.norm2 = block.norm1, block.norm2
-        self.q, self.k, self.v, self.o = attn.q, attn.k, attn.v, attn.o
-        self.ln_k, self.ln_v, self.ln_o = (nn.LayerNorm(d, eps=eps) for _ in range(3))
-        self.gate_kv = ControlNet(d, gate_hidden, 1, gate_bias)
-        self.gate_q = ControlNet(d, gate_hidden, 1, gate_bias)
-        self.gate_f = ControlNet(d, gate_hidden, slices, gate_bias)
-        self.fc1 = nn.ModuleList()
-        self.fc2 = nn.ModuleList()
+        self.slices, self.width = slices, d_mlp // slices
+        self.fc1, self.fc2 = nn.ModuleList(), nn.ModuleList()
         for i in range(slices):
             rows = slice(i * self.width, (i + 1) * self.width)
             fc1, fc2 = nn.Linear(d, self.width), nn.Linear(self.width, d)
@@ -106,13 +100,35 @@ class CCTBlock(nn.Module):
         self.ln_in = nn.ModuleList(nn.LayerNorm(d, eps=eps) for _ in range(slices))
         self.ln_out = nn.ModuleList(nn.LayerNorm(d, eps=eps) for _ in range(slices))
         for ln in self.ln_in:
-            ln.load_state_dict(self.norm2.state_dict())
+            ln.load_state_dict(norm2.state_dict())
+
+    def part(self, i: int, x: Tensor) -> Tensor:
+        return self.fc2[i](self.act(self.fc1[i](self.ln_in[i](x))))
+
+    def forward_slice(self, i: int, x: Tensor) -> Tensor:
+        return self.ln_out[i](self.part(i, x))
+
+
+class CCTBlock(nn.Module):
+    def __init__(self, block: Block, slices: int, gate_hidden: int, gate_bias: float, eps: float,
+                 activation: str):
+        super().__init__()
+        attn, d = block.attn, block.attn.d_model
+        self.d, self.heads, self.slices = d, attn.n_heads, slices
+        self.norm1, self.norm2 = block.norm1, block.norm2
+        self.q, self.k, self.v, self.o = attn.q, attn.k, attn.v, attn.o
+        self.ln_k, self.ln_v, self.ln_o = (nn.LayerNorm(d, eps=eps) for _ in range(3))
+        self.gate_kv = ControlNet(d, gate_hidden, 1, gate_bias)
+        self.gate_q = ControlNet(d, gate_hidden, 1, gate_bias)
+        self.gate_f = ControlNet(d, gate_hidden, slices, gate_bias)
+        self.ffn = SlicedFFN(block.mlp, self.norm2, slices, activation, eps)  # after the gates: same init order
+        self.width = self.ffn.width
         self.last: Decisions | None = None
         self.last_gates: list[Tensor] = []  # soft gates of the last training forward: kv, q, ffn
 
     # --- pieces ----------------------------------------------------------------------------------------
     def _slice(self, i: int, x: Tensor) -> Tensor:
-        return self.ln_out[i](self.fc2[i](self.act(self.fc1[i](self.ln_in[i](x)))))
+        return self.ffn.forward_slice(i, x)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """q [N, Tq, d], k/v [N, Tk, d] → [N, Tq, d] (multi-head, explicit matmuls)."""
@@ -196,11 +212,10 @@ class CCTBlock(nn.Module):
         mixed = self._attend(self.q(y), k, v)
         _calibrate(self.ln_o, mixed)
         x = x + self.o(mixed)
-        h = self.norm2(x)
         update = 0
         for i in range(self.slices):
-            part = self.fc2[i](self.act(self.fc1[i](h)))
-            _calibrate(self.ln_out[i], part)
+            part = self.ffn.part(i, x)  # LN_in,i is a copy of norm2
+            _calibrate(self.ffn.ln_out[i], part)
             update = update + part
         return x + update
 

@@ -41,42 +41,7 @@ import torch
 from torch import Tensor, nn
 
 from bench.models.seq2seq import PAD, DecodeState, EncoderDecoder
-from bench.models.transformer import make_activation
-from methods.cct.model import ControlNet, _calibrate
-
-
-class SlicedFFN(nn.Module):
-    """The dense MLP split into M slices (fc1 rows / fc2 columns), each with its own input and output
-    LayerNorm; fc2's bias is shared equally among the slices."""
-
-    def __init__(self, mlp: nn.Module, norm2: nn.LayerNorm, slices: int, activation: str, eps: float):
-        super().__init__()
-        d, d_mlp = mlp.fc1.in_features, mlp.fc1.out_features
-        if d_mlp % slices:
-            raise ValueError(f"MLP width {d_mlp} is not divisible by {slices} slices")
-        self.slices, self.width = slices, d_mlp // slices
-        self.fc1, self.fc2 = nn.ModuleList(), nn.ModuleList()
-        for i in range(slices):
-            rows = slice(i * self.width, (i + 1) * self.width)
-            fc1, fc2 = nn.Linear(d, self.width), nn.Linear(self.width, d)
-            with torch.no_grad():
-                fc1.weight.copy_(mlp.fc1.weight[rows])
-                fc1.bias.copy_(mlp.fc1.bias[rows])
-                fc2.weight.copy_(mlp.fc2.weight[:, rows])
-                fc2.bias.copy_(mlp.fc2.bias / slices)
-            self.fc1.append(fc1)
-            self.fc2.append(fc2)
-        self.act = make_activation(activation)
-        self.ln_in = nn.ModuleList(nn.LayerNorm(d, eps=eps) for _ in range(slices))
-        self.ln_out = nn.ModuleList(nn.LayerNorm(d, eps=eps) for _ in range(slices))
-        for ln in self.ln_in:
-            ln.load_state_dict(norm2.state_dict())
-
-    def part(self, i: int, x: Tensor) -> Tensor:
-        return self.fc2[i](self.act(self.fc1[i](self.ln_in[i](x))))
-
-    def forward_slice(self, i: int, x: Tensor) -> Tensor:
-        return self.ln_out[i](self.part(i, x))
+from methods.cct.model import ControlNet, SlicedFFN, _calibrate
 
 
 class AttnGates(nn.Module):
@@ -353,8 +318,9 @@ class CCTSeq2Seq(EncoderDecoder):
             y = block.norm1(h)
             on_kv = (g.gate_kv(y) >= 0).squeeze(-1)
             on_q = (g.gate_q(y) >= 0).squeeze(-1)
-            k_new = h.new_zeros(r, d).index_copy_(0, on_kv.nonzero().squeeze(1), g.ln_k(attn.k(y[on_kv])))
-            v_new = h.new_zeros(r, d).index_copy_(0, on_kv.nonzero().squeeze(1), g.ln_v(attn.v(y[on_kv])))
+            kv_rows = on_kv.nonzero().squeeze(1)
+            k_new = h.new_zeros(r, d).index_copy_(0, kv_rows, g.ln_k(attn.k(y[on_kv])))
+            v_new = h.new_zeros(r, d).index_copy_(0, kv_rows, g.ln_v(attn.v(y[on_kv])))
             cache["k"] = k_new[:, None] if "k" not in cache else torch.cat([cache["k"], k_new[:, None]], dim=1)
             cache["v"] = v_new[:, None] if "v" not in cache else torch.cat([cache["v"], v_new[:, None]], dim=1)
             q_rows = on_q.nonzero().squeeze(1)
