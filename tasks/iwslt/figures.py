@@ -148,7 +148,8 @@ def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path
             for ax in list(axes.flat)[len(panels):]:
                 ax.axis("off")
             fig.colorbar(im, ax=axes.ravel().tolist(), label="share of tokens at the position")
-            fig.suptitle(f"{task} — dat: exit depth by token position (final hypotheses, seeds pooled)", fontsize=10)
+            fig.suptitle(f"{task} — {dataset} — dat: exit depth by token position (final hypotheses, seeds pooled)",
+                         fontsize=10)
             path = reports_dir / f"{task}_dat_exits.png"
             save_figure(fig, path)
             plt.close(fig)
