@@ -94,6 +94,13 @@ class Task:
         """Training budget of the dense base model: steps, batch_size, lr (methods get the same)."""
         return {"steps": self.cfg.train_steps, "batch_size": self.cfg.batch_size, "lr": self.cfg.lr}
 
+    def method_budget(self) -> int:
+        """The training budget, in steps at the base model's batch size, that every method starting from
+        the dense base model gets on top of it: the task's ``method_steps``, or the base model's own step
+        count for a task that defines none (bench/protocol.py)."""
+        steps = getattr(self.cfg, "method_steps", None)
+        return int(steps) if steps is not None else int(self.base_budget()["steps"])
+
     def loss(self, outputs: Tensor, batch: Batch) -> Tensor:
         return nn.functional.cross_entropy(outputs, batch.y)
 
@@ -130,7 +137,12 @@ class Task:
 
 
 class Method:
-    """Base class of a method implementation.  ``cfg`` is the method's config section."""
+    """Base class of a method implementation.  ``cfg`` is the method's config section.
+
+    A method owns its mathematics, the core owns the protocol (bench/protocol.py): the method says where
+    it starts (:meth:`starts_from`), builds its model from the dense base model (:meth:`convert`) and
+    declares its training stages (:meth:`stages`); the core trains them (budget, data order, per-step
+    seeds, optimiser policy, caching, resume) and hands the trained model to the runner."""
 
     name: str = ""
 
@@ -138,10 +150,29 @@ class Method:
         self.cfg = cfg
         self.task = task
         self.run = run
+        self.training_plan = None  # set by the core (bench.protocol.Plan) when the model is trained
+
+    def starts_from(self) -> str:
+        """"base": converts the task's trained dense base model and trains on the method budget, continuing
+        the data after the base model's steps; "scratch": builds its own model and trains it like the
+        dense base (the base budget, data from step 0)."""
+        return "base"
+
+    def convert(self, base: nn.Module | None) -> nn.Module:
+        """The adaptive model, built from the dense base model (``None`` when starting from scratch)."""
+        raise NotImplementedError
+
+    def stages(self) -> list[Any]:
+        """The training stages (:class:`bench.protocol.Stage`), in order; none by default.  Called before
+        :meth:`convert`, so the stages' config and code (their cache keys) can be computed without
+        building a model; their callables run after it."""
+        return []
 
     def build(self) -> nn.Module:
-        """Return the adaptive model, training (resumably, through ``self.run``) whatever it needs."""
-        raise NotImplementedError
+        """The trained adaptive model (the core's protocol; methods do not override this)."""
+        from bench import protocol
+
+        return protocol.train(self)
 
     def knob_values(self) -> list[Any]:
         """Points of this run: several for an eval-time knob, one for a training-time or static knob."""
@@ -163,11 +194,7 @@ class Method:
         return ""
 
     def train_budget(self) -> str:
-        """The training budget this method spent, stated for the row."""
-        return ""
+        """The training budget this method spent, stated for the row (from the core's plan)."""
+        from bench import protocol
 
-    def task_method_steps(self) -> int:
-        """The training budget every method gets on top of the dense base model: the task's
-        ``method_steps``, or the base model's own step count for a task that defines none."""
-        steps = getattr(self.task.cfg, "method_steps", None)
-        return int(steps) if steps is not None else int(self.task.base_budget()["steps"])
+        return (self.training_plan or protocol.plan(self)).describe()

@@ -16,13 +16,16 @@ import inspect
 import json
 import logging
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 from torch import nn
 
 from bench import train
 from bench.api import Batch, Task, plain  # noqa: F401  (plain: re-exported for methods)
+
+if TYPE_CHECKING:
+    from bench.protocol import PlannedStage
 
 log = logging.getLogger("bench")
 
@@ -68,9 +71,13 @@ class RunContext:
         self.cache_dir = Path(cfg.cache_dir)
         self.train_time_s = 0.0  # training time spent by this run's stages (cached stages count theirs)
         self._charged: set[Path] = set()
+        self.fit_extra: dict[str, Any] = {}  # extra bench.train.fit arguments (tests: stop_after)
 
     def stage_path(self, owner: str, name: str, key: Any) -> Path:
         return self.cache_dir / self.task_name / owner / f"{name}-{stable_hash(key)}.pt"
+
+    def is_cached(self, owner: str, name: str, key: Any) -> bool:
+        return train.is_done(self.stage_path(owner, name, key))
 
     def fit(self, model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn, *, owner: str, name: str,
             key: Any, **kwargs) -> train.FitResult:
@@ -80,25 +87,59 @@ class RunContext:
             torch.manual_seed(self.seed)
             model.to(self.device)
             result = train.fit(model, batch_fn, loss_fn, ckpt=ckpt, desc=f"{owner}:{name}", device=self.device,
-                               **kwargs)
+                               **{**kwargs, **self.fit_extra})
         if ckpt not in self._charged:  # a stage loaded again (e.g. the dense base for timing) counts once
             self._charged.add(ckpt)
             self.train_time_s += result.time_s
         model.eval()
         return result
 
+    def fit_stage(self, model: nn.Module, planned: "PlannedStage", *, owner: str,
+                  batch_fn: Callable[[int], Batch], seed: int) -> train.FitResult:
+        """Run one declared stage under the core's protocol (per-step seeds, declared policy, cache)."""
+        from bench.protocol import StepContext, step_seed
+
+        stage, steps = planned.stage, planned.steps
+        ctx = StepContext(stage.name, 0, steps, torch.Generator(device=self.device))
+
+        def before_step(step: int) -> None:
+            ctx.step = step
+            value = step_seed(seed, stage.name, step)
+            torch.manual_seed(value)
+            ctx.generator.manual_seed(value)
+
+        params = list(stage.params(model)) if stage.params is not None else None
+        policy = stage.policy
+        return self.fit(model, batch_fn, lambda m, batch: stage.loss(m, batch, ctx), owner=owner, name=stage.name,
+                        key=planned.key, steps=steps, lr=stage.lr, params=params, grad_clip=policy.grad_clip,
+                        weight_decay=policy.weight_decay, warmup=policy.warmup_steps(steps),
+                        before_step=before_step)
+
+    def base_key(self, task: Task, width: float = 1.0, depth: float = 1.0) -> dict[str, Any]:
+        """What determines the task's dense base model at a size: the task's training config, the seed, and
+        the code of the task, the skeleton (every module under bench/models) and the trainer."""
+        import bench.models as skeleton_package
+        import bench.protocol as protocol
+
+        models_dir = Path(inspect.getsourcefile(skeleton_package)).parent
+        skeleton_files = sorted(p for p in models_dir.glob("*.py"))
+        digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in skeleton_files)).hexdigest()[:12]
+        return {"task": self.task_name, "cfg": task.base_config(), "width": width, "depth": depth,
+                "seed": self.seed, "skeleton": digest, "code": code_version(type(task), train, protocol)}
+
     def base_model(self, task: Task, width: float = 1.0, depth: float = 1.0) -> nn.Module:
-        """The task's dense model at a given size, trained once with the task's budget and cached."""
-        import bench.models.transformer as skeleton
+        """The task's dense model at a given size, trained once with the task's budget and cached: one
+        stage ``base`` run by the same protocol as every method stage (data from step 0)."""
+        from bench.protocol import PlannedStage, Stage, base_policy, task_loss
 
         torch.manual_seed(self.seed)
         model = task.build_backbone(width=width, depth=depth)
         budget = task.base_budget()
-        key = {"task": self.task_name, "cfg": task.base_config(), "width": width, "depth": depth,
-               "seed": self.seed, "code": code_version(type(task), skeleton, train, type(model))}
-        self.fit(model, lambda step: task.train_batch(step, budget["batch_size"]), task_loss(task),
-                 owner="dense", name=f"w{width}-d{depth}", key=key, steps=budget["steps"], lr=budget["lr"],
-                 **budget.get("fit", {}))
+        stage = Stage(f"w{width}-d{depth}", task_loss(task), lr=float(budget["lr"]), policy=base_policy(task))
+        planned = PlannedStage(stage, int(budget["steps"]), 0, self.base_key(task, width, depth))
+        size = int(budget["batch_size"])
+        self.fit_stage(model, planned, owner="dense", batch_fn=lambda step: task.train_batch(step, size),
+                       seed=self.seed)
         return model
 
 

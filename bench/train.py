@@ -49,8 +49,12 @@ def is_done(ckpt: Path) -> bool:
 def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[nn.Module, Batch], Tensor],
         *, steps: int, lr: float, ckpt: Path, desc: str, params: Iterable[nn.Parameter] | None = None,
         weight_decay: float = 0.0, grad_clip: float | None = 1.0, warmup: int = 0,
-        device: str = "cpu", save_every_s: float = 60.0, stop_after: int | None = None) -> FitResult:
+        device: str = "cpu", save_every_s: float = 60.0, stop_after: int | None = None,
+        before_step: Callable[[int], None] | None = None) -> FitResult:
     """Train ``model`` for ``steps`` Adam steps on ``loss_fn(model, batch_fn(step))``; resumable.
+
+    ``before_step(step)`` runs before each step's batch is drawn (the protocol seeds the step's randomness
+    there, so a resumed run draws what an uninterrupted one would).
 
     ``stop_after`` (tests): raise KeyboardInterrupt after that many steps of this call, as Ctrl-C would.
     """
@@ -92,6 +96,8 @@ def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[n
     try:
         while step < steps:
             t0 = time.perf_counter()
+            if before_step is not None:
+                before_step(step)
             batch = batch_fn(step).to(device)
             loss = loss_fn(model, batch)
             optimizer.zero_grad(set_to_none=True)

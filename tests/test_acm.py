@@ -17,6 +17,7 @@ from bench import cost
 from bench.api import Batch, Task
 from bench.kernels.acm_torch import acm_reference_fp64
 from bench.models.transformer import Encoder, EncoderConfig
+from bench import protocol
 from bench.run import RunContext
 from methods.acm import ACMConfig
 from methods.acm import modules as M
@@ -279,19 +280,23 @@ def make_method(cache, **overrides) -> ACMMethod:
     return ACMMethod(cfg, task, run)
 
 
+def stage_steps(method: ACMMethod) -> dict[str, int]:
+    return {p.stage.name.split("-")[0]: p.steps for p in protocol.plan(method).stages}
+
+
 def test_stages_are_cached_shared_across_budgets_and_resume_exactly(tmp_path):
     method = make_method(tmp_path / "a", beta_target=0.25)
-    assert method.plan() == {"distill": 5, "gates": 3, "e2e": 52}  # floors 5/5; gates capped at 5% of 60
-    assert "5 distill + 3 gate + 52 e2e steps x batch 16" in method.train_budget()
+    assert stage_steps(method) == {"distill": 5, "gates": 3, "e2e": 52}  # floors 5/5; gates capped at 5% of 60
+    assert "distill 5 + gates 3 + e2e-b0.25 52 steps x batch 16" in method.train_budget()
     defaults = ACMConfig()
     method.cfg.min_distill_steps, method.cfg.min_gate_steps = defaults.min_distill_steps, defaults.min_gate_steps
     method.task.cfg.method_steps = 2345
-    assert method.plan() == {"distill": 400, "gates": 100, "e2e": 1845}  # the default floors bind
+    assert stage_steps(method) == {"distill": 400, "gates": 100, "e2e": 1845}  # the default floors bind
     method.task.cfg.method_steps = 1000
-    assert method.plan() == {"distill": 200, "gates": 50, "e2e": 750}  # floors capped at 20% / 5%
+    assert stage_steps(method) == {"distill": 200, "gates": 50, "e2e": 750}  # floors capped at 20% / 5%
     method.task.cfg.method_steps, method.cfg.min_distill_steps, method.cfg.min_gate_steps = 60, 5, 5
     model = method.build()
-    keys_a = dict(method.stage_keys)
+    keys_a = {p.stage.name: p.key for p in method.training_plan.stages}
     batch = next(iter(method.task.eval_batches()))
     with torch.inference_mode():
         report = cost.count(model, batch.x)
@@ -303,14 +308,15 @@ def test_stages_are_cached_shared_across_budgets_and_resume_exactly(tmp_path):
 
     other = make_method(tmp_path / "a", beta_target=0.75)
     other.build()
-    assert other.stage_keys["distill"] == keys_a["distill"] and other.stage_keys["gates"] == keys_a["gates"]
-    assert other.stage_keys["e2e-b0.75"] != keys_a["e2e-b0.25"]
+    keys_b = {p.stage.name: p.key for p in other.training_plan.stages}
+    assert keys_b["distill"] == keys_a["distill"] and keys_b["gates"] == keys_a["gates"]
+    assert keys_b["e2e-b0.75"] != keys_a["e2e-b0.25"]
     files = sorted(p.name.split("-")[0] for p in (tmp_path / "a" / "toy" / "acm").glob("*.pt"))
     assert files == ["distill", "e2e", "e2e", "gates"]  # stages 1-2 trained once for both budgets
 
     # interrupt every stage (Ctrl-C after 2 steps of each call) and resume until done: same weights
     interrupted = make_method(tmp_path / "b", beta_target=0.25)
-    interrupted.fit_extra = {"stop_after": 2}
+    interrupted.run.fit_extra = {"stop_after": 2}
     interruptions = 0
     while True:
         try:
@@ -318,7 +324,7 @@ def test_stages_are_cached_shared_across_budgets_and_resume_exactly(tmp_path):
             break
         except KeyboardInterrupt:
             interruptions += 1
-    assert interruptions == 2 + 1 + 25  # stages of 5, 3 and 52 steps
+    assert interruptions == 14 + 2 + 1 + 25  # the dense base (30 steps), then stages of 5, 3 and 52 steps
     for (name, a), b in zip(model.state_dict().items(), resumed.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
 

@@ -190,7 +190,7 @@ def test_router_training_learns_on_a_frozen_model(tmp_path: Path):
             return float((targets.gather(1, top).sum(1) / targets.sum(1).clamp_min(1e-9)).mean())
 
     before = captured_mass(2)
-    result = train.fit(model, batch_fn, router_loss(model), steps=150, lr=1e-2, ckpt=tmp_path / "r.pt",
+    result = train.fit(model, batch_fn, router_loss, steps=150, lr=1e-2, ckpt=tmp_path / "r.pt",
                        desc="router", params=[p for m in moes for p in m.router.parameters()])
     assert np.isfinite(result.final_loss)
     after = captured_mass(2)
@@ -261,7 +261,7 @@ def test_build_caches_stages_relufies_and_sweeps_k(tiny_dir: Path, monkeypatch):
     with torch.inference_mode():
         method2.set_knob(model2, 1)
         torch.testing.assert_close(model2(x), first)
-    assert "relufication" in method.train_budget() and "routers" in method.train_budget()
+    assert "relu " in method.train_budget() and "router-E" in method.train_budget()
     assert f"E={experts}" in method.variant()
 
 

@@ -291,8 +291,10 @@ def test_dat_trains_every_halting_variant(tmp_path, halting, oracle_kind):
     task, method, model = build_tiny("dat", "iwslt", tmp_path, f"dat.halting={halting}",
                                      f"dat.oracle={oracle_kind}", "dat.sigma=1.0")
     assert model.halting == halting
-    plan = method.plan()
-    assert (plan["exit"] == 0) == (halting == "confidence")
+    from bench import protocol
+
+    exit_stage = protocol.plan(method).stages[1]
+    assert exit_stage.stage.skip == (halting == "confidence")
     if halting != "confidence":
         assert any(float(p.detach().abs().sum()) > 0 for p in model.halt.parameters())  # the exit loss trained them
     values = method.knob_values()

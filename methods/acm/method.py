@@ -19,10 +19,10 @@ Recipe (paper §"ACM weight initialization" and §"End-to-end training"; referen
    per value; stages 1–2 are shared through their cache keys).  ``acm.gate_grad``: straight_through
    (default: the output is Σ_c ν̂_c·h(z, k_c), so the task loss trains the gates, as the paper states) or
    none (acm-code: hard path, the gates learn from the auxiliary losses only).  The Gumbel noise of step s
-   comes from a generator seeded by (seed, s), so an interrupted stage resumes exactly.
+   comes from the core's per-step generator (seed, stage, step), so an interrupted stage resumes exactly.
 
-Budget: the task's ``method_steps`` (the training budget every method gets on top of the base model;
-tasks without it: the base model's own step count) split 2/1/97 as the paper's 2/1/97 epochs, with floors
+Budget: the method budget of the core's protocol (bench/protocol.py) split 2/1/97 as the paper's 2/1/97
+epochs, with floors
 ``acm.min_distill_steps`` = 400 and ``acm.min_gate_steps`` = 100 (capped at 20% / 5% of the budget) taken
 from stage 3; the stages always add up to the budget (imagenet's 2345 → 400 / 100 / 1845).  Why: 2% of
 2345 steps is 47, and distillation is far from converged that early.  Batch size = the task's.
@@ -35,7 +35,7 @@ top-1 at 0.82 of learner compute).  Stage 3: the paper's 1e-4 (batch 512, 97 Ima
 moves the gates in our ~2k steps (β = 0.4, 300 steps: fraction 0.81 → 0.77 at 1e-4, 0.70 at 3e-4, 0.63
 at 1e-3); β = 0.25 over 1000 steps reaches 0.49 at 1e-3 and 0.34 at 3e-3; β = 0.6 at 3e-3: 0.61 with
 0.86 top-1 — default 3e-3.  Use the paper's 1e-4 for a pretrained ViT-B on ImageNet.
-Stages use Adam without weight decay, gradient clipping at 1.0 and a cosine schedule (bench/train.py).
+Stages use the core's default policy: Adam without weight decay, gradient clipping at 1.0, a cosine schedule.
 
 Evaluation runs the real path (gate argmax → grouped GEMMs on sliced weights); per-sample MACs come from
 the logged k of every ACM (:func:`methods.acm.modules.sample_macs`).
@@ -45,17 +45,15 @@ from __future__ import annotations
 
 import copy
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-import bench.models.transformer as skeleton
-from bench import train
 from bench.api import Batch, Method
-from bench.errors import UserError
-from bench.run import code_version, plain
+from bench.protocol import Stage, StepContext
+from bench.run import plain
 from methods.acm import modules as M
 
 SPLIT = (2, 1, 97)  # per cent of the budget: distill / gates / end-to-end (the paper's epochs)
@@ -103,139 +101,79 @@ def gate_labels(outputs: Tensor, zero: Tensor, target: Tensor, tau: float) -> Te
 class ACMMethod(Method):
     name = "acm"
 
-    def __init__(self, cfg, task, run):
-        super().__init__(cfg, task, run)
-        self.fit_extra: dict[str, Any] = {}  # extra bench.train.fit arguments (tests: stop_after)
-        self.stage_keys: dict[str, Any] = {}
-
     # --- configuration ------------------------------------------------------------------------------
     def settings(self) -> M.ACMSettings:
         c = self.cfg
         return M.ACMSettings(n_learners=int(c.n_learners), modules=str(c.modules), gate_hidden=int(c.gate_hidden),
                              gate_activation=str(c.gate_activation), keep_output_bias=bool(c.keep_output_bias))
 
-    def total_steps(self) -> int:
-        return self.task_method_steps()
-
-    def plan(self) -> dict[str, int]:
-        """Steps of each stage: 2/1/97 of the budget; stages 1–2 get at least ``min_distill_steps`` /
-        ``min_gate_steps`` (but at most 20% / 5% of the budget through those floors); stage 3 the rest."""
-        total = self.total_steps()
-        # the floors are capped at 20% / 5% of the budget, so the three stages always add up to the budget
-        distill = max(1, round(total * SPLIT[0] / 100), min(int(self.cfg.min_distill_steps), total // 5))
-        gates = max(1, round(total * SPLIT[1] / 100), min(int(self.cfg.min_gate_steps), total // 20))
-        return {"distill": distill, "gates": gates, "e2e": max(1, total - distill - gates)}
-
-    def batch_size(self) -> int:
-        return int(self.task.base_budget()["batch_size"])
-
-    # --- build ----------------------------------------------------------------------------------------
-    def build(self) -> nn.Module:
-        base = self.run.base_model(self.task)
-        if not isinstance(base, skeleton.Encoder) and not hasattr(base, "encoder"):
-            raise UserError(f"acm needs a skeleton Encoder or encoder-decoder backbone; task {self.task.name} "
-                            f"built {type(base).__name__}")
-        dense = copy.deepcopy(base).eval()
-        for p in dense.parameters():
+    # --- model and stages -------------------------------------------------------------------------------
+    def convert(self, base: nn.Module | None) -> nn.Module:
+        self._dense = copy.deepcopy(base).eval()
+        for p in self._dense.parameters():
             p.requires_grad_(False)
-        torch.manual_seed(self.run.seed)
         model = copy.deepcopy(base)
-        layers = M.acmize(model, self.settings())
+        self._layers = M.acmize(model, self.settings())
         M.configure(model, temperature=float(self.cfg.temperature), gate_grad=str(self.cfg.gate_grad))
-        plan = self.plan()
-        key = {"base": self._base_key(), "arch": plain(vars(self.settings())), "batch": self.batch_size(),
-               "code": code_version(M, ACMMethod)}
-        key = self.distill(model, dense, layers, plan["distill"], key)
-        key = self.pretrain_gates(model, dense, layers, plan["gates"], plan["distill"], key)
-        self.finetune(model, plan["e2e"], plan["distill"] + plan["gates"], key)
-        M.configure(model, path="auto", force_k=None, generator=None)
-        model.eval()
         model.acm_meta = {"beta_target": float(self.cfg.beta_target), "variant": self.variant()}
         return model
 
-    def _base_key(self) -> dict[str, Any]:
-        """What determines the cached dense base model (the same ingredients as RunContext.base_model)."""
-        return {"task": self.task.name, "cfg": plain(self.task.cfg), "seed": self.run.seed,
-                "code": code_version(type(self.task), skeleton, train)}
-
-    def _fit(self, model: nn.Module, batch_fn, loss_fn, *, name: str, key: Any, steps: int, lr: float,
-             params) -> None:
-        self.stage_keys[name] = key
-        self.run.fit(model, batch_fn, loss_fn, owner="acm", name=name, key=key, steps=steps, lr=lr,
-                     params=params, grad_clip=1.0, **self.fit_extra)
-
-    def _batches(self, offset: int, state: dict[str, int] | None = None):
-        """Training batches of the stage starting at global step ``offset`` (stages see successive data)."""
-        size = self.batch_size()
-
-        def batch_fn(step: int) -> Batch:
-            if state is not None:
-                state["step"] = step
-            return self.task.train_batch(offset + step, size)
-
-        return batch_fn
-
-    # --- stage 1 --------------------------------------------------------------------------------------
-    def distill(self, model: nn.Module, dense: nn.Module, layers: dict[str, M.ACM], steps: int,
-                upstream: dict[str, Any]) -> dict[str, Any]:
-        detach = self.cfg.distill_mode == "detach"
-
-        def loss_fn(_model: nn.Module, batch: Batch) -> Tensor:
-            losses = []
-            for layer, z, o in dense_module_io(dense, layers, batch):
-                outs = layer.cumulative_outputs(z, detach_earlier=detach)  # [T, N, d]
-                losses.append(F.mse_loss(outs, o.unsqueeze(1).expand_as(outs)))
-            return torch.stack(losses).mean()
-
-        params = [p for layer in layers.values() for n, p in layer.named_parameters() if not n.startswith("gate.")]
-        key = {**upstream, "stage": "distill", "mode": self.cfg.distill_mode, "steps": steps,
-               "lr": float(self.cfg.lr_distill)}
-        self._fit(model, self._batches(0), loss_fn, name="distill", key=key, steps=steps,
-                  lr=float(self.cfg.lr_distill), params=params)
-        return key
-
-    # --- stage 2 --------------------------------------------------------------------------------------
-    def pretrain_gates(self, model: nn.Module, dense: nn.Module, layers: dict[str, M.ACM], steps: int,
-                       offset: int, upstream: dict[str, Any]) -> dict[str, Any]:
-        tau = float(self.cfg.gate_tau)
-
-        def loss_fn(_model: nn.Module, batch: Batch) -> Tensor:
-            losses = []
-            for layer, z, o in dense_module_io(dense, layers, batch):
-                with torch.no_grad():
-                    labels = gate_labels(layer.cumulative_outputs(z), layer.zero_output(z), o, tau)
-                losses.append(F.cross_entropy(layer.gate(z), labels - layer.min_k))
-            return torch.stack(losses).mean()
-
-        params = [p for layer in layers.values() for p in layer.gate.parameters()]
-        key = {"upstream": upstream, "stage": "gates", "tau": tau, "steps": steps, "lr": float(self.cfg.lr_gate)}
-        self._fit(model, self._batches(offset), loss_fn, name="gates", key=key, steps=steps,
-                  lr=float(self.cfg.lr_gate), params=params)
-        return key
-
-    # --- stage 3 --------------------------------------------------------------------------------------
-    def finetune(self, model: nn.Module, steps: int, offset: int, upstream: dict[str, Any]) -> dict[str, Any]:
-        c = self.cfg
+    def stages(self) -> list[Stage]:
+        """distill / gates / e2e at the paper's 2/1/97 split of the method budget; stages 1-2 get at least
+        ``min_distill_steps`` / ``min_gate_steps``, capped at 20% / 5% of the budget (module docstring)."""
+        c, budget = self.cfg, self.task.method_budget()
+        code = (M, ACMMethod)
         beta = float(c.beta_target)
-        alphas = (float(c.alpha_b), float(c.alpha_e), float(c.alpha_d))
-        layers = M.acm_layers(model)
-        state = {"step": 0}
+        return [
+            Stage("distill", self._distill_loss, lr=float(c.lr_distill), share=SPLIT[0],
+                  min_steps=min(int(c.min_distill_steps), budget // 5), params=self._learner_params,
+                  config={"arch": plain(vars(self.settings())), "mode": str(c.distill_mode)}, code=code),
+            Stage("gates", self._gate_loss, lr=float(c.lr_gate), share=SPLIT[1],
+                  min_steps=min(int(c.min_gate_steps), budget // 20), params=self._gate_params,
+                  config={"tau": float(c.gate_tau)}, code=code),
+            Stage(f"e2e-b{beta:g}", self._e2e_loss, lr=float(c.lr_e2e), share=SPLIT[2],
+                  config={"beta": beta, "alphas": [float(c.alpha_b), float(c.alpha_e), float(c.alpha_d)],
+                          "temperature": float(c.temperature), "gate_grad": str(c.gate_grad)},
+                  code=code, finish=self._finish),
+        ]
 
-        def loss_fn(m: nn.Module, batch: Batch) -> Tensor:
-            generator = torch.Generator(device=batch.x.device)
-            generator.manual_seed(self.run.seed * 1_000_003 + state["step"])
-            M.configure(m, generator=generator)
-            task_loss = self.task.loss(m(batch.x), batch)
-            aux = M.auxiliary_losses(layers, beta)
-            return task_loss + alphas[0] * aux["budget"] + alphas[1] * aux["entropy"] + alphas[2] * aux["diversity"]
+    def _learner_params(self, model: nn.Module) -> list[nn.Parameter]:
+        return [p for layer in self._layers.values() for n, p in layer.named_parameters() if not n.startswith("gate.")]
 
-        key = {"upstream": upstream, "stage": "e2e", "beta": beta, "alphas": alphas,
-               "temperature": float(c.temperature), "gate_grad": str(c.gate_grad), "steps": steps,
-               "lr": float(c.lr_e2e)}
-        self._fit(model, self._batches(offset, state), loss_fn, name=f"e2e-b{beta:g}", key=key, steps=steps,
-                  lr=float(c.lr_e2e), params=list(model.parameters()))
-        M.configure(model, generator=None)
-        return key
+    def _gate_params(self, model: nn.Module) -> list[nn.Parameter]:
+        return [p for layer in self._layers.values() for p in layer.gate.parameters()]
+
+    # stage 1: module-wise distillation of every ACM on the frozen dense model's (z, o)
+    def _distill_loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:
+        detach = self.cfg.distill_mode == "detach"
+        losses = []
+        for layer, z, o in dense_module_io(self._dense, self._layers, batch):
+            outs = layer.cumulative_outputs(z, detach_earlier=detach)  # [T, N, d]
+            losses.append(F.mse_loss(outs, o.unsqueeze(1).expand_as(outs)))
+        return torch.stack(losses).mean()
+
+    # stage 2: gate pre-training on the threshold-rule labels, learners frozen
+    def _gate_loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:
+        tau = float(self.cfg.gate_tau)
+        losses = []
+        for layer, z, o in dense_module_io(self._dense, self._layers, batch):
+            with torch.no_grad():
+                labels = gate_labels(layer.cumulative_outputs(z), layer.zero_output(z), o, tau)
+            losses.append(F.cross_entropy(layer.gate(z), labels - layer.min_k))
+        return torch.stack(losses).mean()
+
+    # stage 3: end-to-end with the auxiliary losses; Gumbel noise from the step's generator
+    def _e2e_loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:
+        c = self.cfg
+        M.configure(model, generator=ctx.generator)
+        task_loss = self.task.loss(model(batch.x), batch)
+        aux = M.auxiliary_losses(M.acm_layers(model), float(c.beta_target))
+        return (task_loss + float(c.alpha_b) * aux["budget"] + float(c.alpha_e) * aux["entropy"]
+                + float(c.alpha_d) * aux["diversity"])
+
+    @staticmethod
+    def _finish(model: nn.Module) -> None:
+        M.configure(model, path="auto", force_k=None, generator=None)
 
     # --- evaluation -----------------------------------------------------------------------------------
     def knob_values(self) -> list[float]:
@@ -258,10 +196,3 @@ class ACMMethod(Method):
         return (f"N={c.n_learners};modules={c.modules};gate={c.gate_hidden or 'auto1%'}h-{c.gate_activation};"
                 f"gate_grad={c.gate_grad};distill={c.distill_mode};out_bias={bias};T={c.temperature:g};"
                 f"tau={c.gate_tau:g};alpha={c.alpha_b:g}/{c.alpha_e:g}/{c.alpha_d:g}")
-
-    def train_budget(self) -> str:
-        plan, total = self.plan(), self.total_steps()
-        return (f"{plan['distill']} distill + {plan['gates']} gate + {plan['e2e']} e2e steps x batch "
-                f"{self.batch_size()} on the base model (budget {total} steps split 2/1/97, stages 1-2 >= "
-                f"min({self.cfg.min_distill_steps}/{self.cfg.min_gate_steps}, 20%/5% of budget); "
-                f"lr {self.cfg.lr_distill:g}/{self.cfg.lr_gate:g}/{self.cfg.lr_e2e:g})")

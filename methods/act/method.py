@@ -2,17 +2,18 @@
 
 Loss (Graves eq. 14): task loss + τ·mean ρ, with ρ = N + R per sample (vector) or per token (sequence;
 the mean over tokens keeps τ on the same scale for any length).  Only R is differentiable.  The model is
-trained with the task's base budget (same steps, batch and learning rate as the dense base model) and
+trained from scratch with the task's base budget (the core's protocol: same steps, batch, learning rate,
+optimiser policy and data order as the dense base model) and
 evaluated on the real path (only running samples/tokens are computed).
 """
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from bench.api import Batch, Method
-from bench.run import code_version, plain
+from bench.protocol import Stage, StepContext, base_policy
+from bench.run import plain
 from methods.act import model as act_model
 
 
@@ -34,24 +35,26 @@ class ACT(Method):
 
         return registry.task_spec(self.task.name).backbones(self.task.cfg)
 
-    def build(self) -> nn.Module:
-        torch.manual_seed(self.run.seed)
+    def starts_from(self) -> str:
+        return "scratch"  # Graves 2016: ACT models are trained from scratch
+
+    def convert(self, base: nn.Module | None) -> nn.Module:
         model = self._make_model()
-        budget = self.task.base_budget()
-        tau = float(self.cfg.tau)
-
-        def loss_fn(m: nn.Module, batch: Batch) -> Tensor:
-            logits = m(batch.x)
-            return self.task.loss(logits, batch) + tau * m.last.ponder.mean()
-
-        key = {"task": self.task.name, "task_cfg": plain(self.task.cfg), "act": plain(self.cfg),
-               "seed": self.run.seed,
-               "code": code_version(act_model, ACT, type(self.task), act_model.RNNCell)}
-        self.run.fit(model, lambda step: self.task.train_batch(step, budget["batch_size"]), loss_fn,
-                     owner="act", name=f"tau{tau:g}", key=key, steps=budget["steps"], lr=budget["lr"])
-        model.real_path = True
-        self._budget = budget
+        model.real_path = False
         return model
+
+    def stages(self) -> list[Stage]:
+        tau = float(self.cfg.tau)
+        return [Stage(f"tau{tau:g}", self._loss, lr=float(self.task.base_budget()["lr"]), config=plain(self.cfg),
+                      code=(act_model, ACT, act_model.RNNCell), policy=base_policy(self.task), finish=self._finish)]
+
+    def _loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:
+        logits = model(batch.x)
+        return self.task.loss(logits, batch) + float(self.cfg.tau) * model.last.ponder.mean()
+
+    @staticmethod
+    def _finish(model: nn.Module) -> None:
+        model.real_path = True
 
     def knob_values(self) -> list[float]:
         return [float(self.cfg.tau)]
@@ -69,7 +72,3 @@ class ACT(Method):
 
     def variant(self) -> str:
         return f"eps={self.cfg.epsilon:g};M={self.cfg.max_steps};from-scratch;mean-field"
-
-    def train_budget(self) -> str:
-        budget = self.task.base_budget()
-        return f"{budget['steps']} steps x batch {budget['batch_size']} from scratch (the task's base budget)"

@@ -33,13 +33,12 @@ class AdaTapeConfig:
 
 
 def _support(task, task_cfg):
-    if task.name == "parity":
-        return None if task_cfg.variant == "sequence" else (
-            "AdaTape reads tape tokens from a sequence; parity's vector variant has no sequence elements "
-            "(use parity.variant=sequence)")
-    if "encoder" in task.backbones(task_cfg) and task.name == "imagenet":
+    """AdaTape needs a bank its tape can read: the sequence's input bits, or the image's patches."""
+    capabilities = set(task.backbones(task_cfg))
+    if "encoder" in capabilities and capabilities & {"tape:sequence-bits", "tape:image-patches"}:
         return None
-    return "AdaTape appends tape tokens to a ViT/encoder input; no bank is defined for this task"
+    return ("AdaTape appends tape tokens read from a bank of sequence elements or image patches; this task "
+            "provides neither (parity: use parity.variant=sequence)")
 
 
 SPEC = register_method(MethodSpec(

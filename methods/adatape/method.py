@@ -6,8 +6,11 @@ Training: task loss + λ·mean(l_atr) (λ = ``adatape.atr_weight``), on the mask
   query token and its layers see a different sequence; T = n/2 and K = 2 is the paper's setting
   (τ = T/K).
 - imagenet: starts from the task's cached dense ViT (embedding, blocks, norm and head are copied; the
-  bank and the shared LayerNorm are new) and trains ``imagenet.method_steps`` steps with the task's
-  optimiser settings, like the other methods.  (The paper trains from scratch.)
+  bank and the shared LayerNorm are new) and trains on the core's method budget with the task's
+  optimiser policy, like the other methods, continuing the data after the base model's steps.  (The paper
+  trains from scratch.)
+Which of the two applies comes from the task's capabilities (``tape:sequence-bits`` or
+``tape:image-patches``), never from its name.
 
 Knob: (T, τ) at training time, one run per point (knob value ``T<T>-tau<τ>``).  ``adatape.eval_caps``
 adds points evaluated on the same model with T capped (``…-cap<c>``), a harness extension named in the
@@ -19,14 +22,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 import bench.models.transformer as skeleton
-from bench import train
 from bench.api import Batch, Method
 from bench.errors import UserError
-from bench.run import code_version, plain
+from bench.protocol import Stage, StepContext, base_policy
+from bench.run import plain
 from methods.adatape import atr as atr_module
 from methods.adatape import model as M
 
@@ -65,62 +67,55 @@ class AdaTape(Method):
             return M.LearnableBank(int(self.cfg.bank_size), d_model)
         return input_bank
 
-    def make_model(self) -> tuple[nn.Module, dict[str, Any]]:
-        """The untrained (parity) or base-initialised (imagenet) model, and what determines its start."""
-        torch.manual_seed(self.run.seed)
-        if self.task.name == "parity":
+    def _from_scratch(self) -> bool:
+        return "tape:sequence-bits" in self._capabilities()
+
+    def _capabilities(self) -> tuple[str, ...]:
+        from bench import registry
+
+        return registry.task_spec(self.run.task_name).backbones(self.task.cfg)
+
+    def starts_from(self) -> str:
+        return "scratch" if self._from_scratch() else "base"
+
+    def convert(self, base: nn.Module | None) -> nn.Module:
+        """The untrained model over a sequence of input bits (the paper's parity setting, from scratch), or the
+        task's dense ViT with a bank of image patches (its embedding, blocks, norm and head are copied)."""
+        if base is None:
             cfg = self.task.encoder_config()
             if cfg.n_layers < 2:  # the tape is appended after layer 1: at least one layer must read it
                 cfg = replace(cfg, n_layers=2)
-            n = int(self.task.cfg.n)
+            n = int(self.task.example_input(1).shape[-1])  # the number of input bits
             bank = self._bank(cfg.d_model, M.ParityBank(n, cfg.d_model))
             model = M.AdaTapeModel(cfg, M.ParityInput(n, cfg.d_model), bank,
                                    nn.ModuleList(skeleton.Block(cfg) for _ in range(cfg.n_layers)),
                                    nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps), nn.Linear(cfg.d_model, 2),
                                    self._settings(cfg.d_model, cfg.n_heads))
-            start = {"from": "scratch"}
         else:
-            base = self.run.base_model(self.task)
-            if not isinstance(base, skeleton.Encoder) or not hasattr(base, "vit"):
-                raise UserError(f"adatape needs the task's ViT Encoder; {self.task.name} built {type(base).__name__}")
             vit, cfg = base.vit, base.cfg
             try:
                 input_bank = M.PatchBank(vit.image_size, int(self.cfg.bank_patch), vit.channels, cfg.d_model)
             except ValueError as err:
                 raise UserError(f"adatape.bank_patch={self.cfg.bank_patch}: {err}") from None
-            torch.manual_seed(self.run.seed)
             model = M.AdaTapeModel(cfg, base.embed, self._bank(cfg.d_model, input_bank), base.blocks, base.norm,
                                    base.head, self._settings(cfg.d_model, cfg.n_heads))
-            start = {"from": "dense-base", "task_cfg": plain(self.task.cfg),
-                     "base_code": code_version(type(self.task), skeleton, train)}
         self._check_bank(model.bank.size)
-        return model, start
-
-    def budget(self) -> dict[str, Any]:
-        base = self.task.base_budget()
-        steps = int(getattr(self.task.cfg, "method_steps", 0) or 0) if self.task.name != "parity" else 0
-        budget = {"steps": steps or int(base["steps"]), "batch_size": int(base["batch_size"]),
-                  "lr": float(self.cfg.lr) or float(base["lr"]), "fit": dict(base.get("fit", {}))}
-        return budget
-
-    def build(self) -> nn.Module:
-        model, start = self.make_model()
-        budget = self.budget()
-        weight = float(self.cfg.atr_weight)
-
-        def loss_fn(m: nn.Module, batch: Batch) -> Tensor:
-            logits = m(batch.x)
-            return self.task.loss(logits, batch) + weight * m.last.loss.mean()
-
-        train_cfg = {k: v for k, v in plain(self.cfg).items() if k != "eval_caps"}
-        key = {"task": self.task.name, "task_cfg": plain(self.task.cfg), "adatape": train_cfg, "start": start,
-               "seed": self.run.seed, "budget": budget, "code": code_version(M, atr_module, AdaTape)}
-        name = f"{self.cfg.bank}-T{self.cfg.max_tape}-tau{float(self.cfg.tau):g}"
-        self.run.fit(model, lambda step: self.task.train_batch(step, budget["batch_size"]), loss_fn,
-                     owner="adatape", name=name, key=key, steps=budget["steps"], lr=budget["lr"], **budget["fit"])
-        model.real_path = True
-        model.eval()
         return model
+
+    def stages(self) -> list[Stage]:
+        c = self.cfg
+        lr = float(c.lr) or float(self.task.base_budget()["lr"])
+        config = {k: v for k, v in plain(c).items() if k != "eval_caps"}
+        return [Stage(f"{c.bank}-T{c.max_tape}-tau{float(c.tau):g}", self._loss, lr=lr, config=config,
+                      code=(M, atr_module, AdaTape), policy=base_policy(self.task), finish=self._finish)]
+
+    def _loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:
+        logits = model(batch.x)
+        return self.task.loss(logits, batch) + float(self.cfg.atr_weight) * model.last.loss.mean()
+
+    @staticmethod
+    def _finish(model: nn.Module) -> None:
+        model.real_path = True
 
     # --- knob ---------------------------------------------------------------------------------------
     def _point(self) -> str:
@@ -145,17 +140,12 @@ class AdaTape(Method):
         c = self.cfg
         text = (f"bank={c.bank};K={self.k};atr_weight={c.atr_weight:g};"
                 f"query={'complex' if c.complex_query else 'replace'}")
-        if c.bank == "input" and self.task.name == "imagenet":
+        if c.bank == "input" and not self._from_scratch():
             text += f";bank_patch={c.bank_patch}"
-        if self.task.name == "parity" and int(self.task.cfg.layers) < 2:
+        if self._from_scratch() and self.task.encoder_config().n_layers < 2:
             text += ";layers=2 (task: 1)"
         if c.bank == "learnable":
             text += f";C={c.bank_size};noise={c.query_noise:g};drop={c.bank_drop:g}"
         if self._cap is not None:
             text += f";eval-cap T={self._cap} (harness extension)"
         return text
-
-    def train_budget(self) -> str:
-        b = self.budget()
-        start = "from scratch" if self.task.name == "parity" else "on the dense base model"
-        return f"{b['steps']} steps x batch {b['batch_size']} {start} (lr {b['lr']:g})"

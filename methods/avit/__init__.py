@@ -30,8 +30,6 @@ class AViTConfig:
                                 help="extra eval-time halting thresholds 1 - eps on the same model (rows labelled "
                                      "'eval-eps' in the variant; a harness extension, not the paper's protocol)")
     lr: float = param(5e-4, min=0.0, help="Adam lr of the fine-tuning (A-ViT-T README: 5e-4)")
-    total_steps: int = param(0, min=0, help="fine-tuning steps (0 = the task's method_steps, else its base "
-                                            "train_steps)")
 
 
 SPEC = register_method(MethodSpec(
@@ -44,5 +42,5 @@ SPEC = register_method(MethodSpec(
     knob_kind="train",
     support=requires_backbone("encoder", "A-ViT halts the tokens of an encoder-only transformer; this task configuration "
                                          "builds none (an RNN, or an encoder-decoder: not implemented)"),
-    test_overrides=("avit.total_steps=12", "avit.eval_epsilons=[0.5]", "avit.halt_init=0.3"),
+    test_overrides=("avit.eval_epsilons=[0.5]", "avit.halt_init=0.3"),
 ))

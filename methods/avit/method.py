@@ -13,8 +13,8 @@ Recipe (reference/methods.md §3.3; the public code's bugs fixed, see model.py):
 * Loss = task loss + ponder_weight * mean_tokens(N + R) + distr_weight * KL(prior || H) on the masked
   path (every token computed, halted ones excluded as keys and never updated).  Adam at ``lr``, 5%
   linear warm-up then cosine, gradient clipping 1.0, no weight decay; no mixup (ACM: incompatible).
-* Budget: ``total_steps`` (0 = the task's ``method_steps``) at the task's batch size; the data continue
-  the task's training stream after the base model's steps.
+* Budget: one stage on the core's method budget (bench/protocol.py); the data continue the task's
+  training stream after the base model's steps; 5% warm-up (declared in the stage's policy).
 
 Knob: ``ponder_weight`` (training-time, one run per value).  ``eval_epsilons`` adds eval-time points on
 the same model with another halting threshold 1 - eps; those rows carry ``eval-eps=<eps>`` in their
@@ -30,11 +30,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-import bench.models.transformer as skeleton
-from bench import train
 from bench.api import Batch, Method
-from bench.errors import UserError
-from bench.run import code_version, plain
+from bench.protocol import Policy, PrepareContext, Stage, StepContext
+from bench.run import plain
 from methods.avit import model as M
 
 OWNER = "avit"
@@ -62,48 +60,41 @@ def calibrate_halting(model: M.AViTEncoder, x: Tensor, target: float) -> list[fl
 class AViT(Method):
     name = "avit"
 
-    def total_steps(self) -> int:
-        return int(self.cfg.total_steps) or self.task_method_steps()
-
     def target_depth(self, n_layers: int) -> float:
         return float(self.cfg.target_depth) or 2.0 * n_layers / 3.0
 
-    def build(self) -> nn.Module:
-        base = self.run.base_model(self.task)
-        if not isinstance(base, skeleton.Encoder):
-            raise UserError(f"avit needs a skeleton Encoder backbone; task {self.task.name} built "
-                            f"{type(base).__name__}")
+    def convert(self, base: nn.Module | None) -> nn.Module:
         c = self.cfg
-        budget = self.task.base_budget()
-        size, offset, steps = int(budget["batch_size"]), int(budget["steps"]), self.total_steps()
         model = M.AViTEncoder(copy.deepcopy(base), float(c.gate_scale), float(c.gate_center), float(c.epsilon))
         model.to(self.run.device)
         with torch.no_grad():  # a head on every token (e.g. CTC) although the encoder's pool would reduce them
             model.per_token = base.eval()(self.task.example_input(1).to(self.run.device)).dim() == 3
         n_layers = len(base.blocks)
-        if float(c.halt_init) > 0:
-            first = self.task.train_batch(offset, size).to(self.run.device)
-            self._shifts = calibrate_halting(model, first.x, float(c.halt_init))
-        prior = M.gaussian_prior(n_layers, self.target_depth(n_layers), device=self.run.device)
-        skip_cls = base.cfg.pool == "cls"
-        pw, dw = float(c.ponder_weight), float(c.distr_weight)
-
-        def loss_fn(m: nn.Module, batch: Batch) -> Tensor:
-            out = m(batch.x)
-            log = m.last
-            return (self.task.loss(out, batch) + pw * M.ponder_loss(log)
-                    + dw * M.distribution_loss(log, prior, skip_cls))
-
-        key = {"base": {"task": self.task.name, "cfg": plain(self.task.base_config()), "seed": self.run.seed},
-               "avit": {k: v for k, v in plain(c).items() if k != "eval_epsilons"}, "steps": steps,
-               "batch": size, "code": code_version(M, AViT, skeleton, train, type(self.task))}
+        self._prior = M.gaussian_prior(n_layers, self.target_depth(n_layers), device=self.run.device)
+        self._skip_cls = base.cfg.pool == "cls"
         model.real_path = False
-        self.run.fit(model, lambda step: self.task.train_batch(offset + step, size), loss_fn, owner=OWNER,
-                     name=f"pw{pw:g}", key=key, steps=steps, lr=float(c.lr), grad_clip=1.0,
-                     warmup=max(1, round(0.05 * steps)))
+        return model
+
+    def stages(self) -> list[Stage]:
+        c = self.cfg
+        pw = float(c.ponder_weight)
+        config = {k: v for k, v in plain(c).items() if k != "eval_epsilons"}
+        return [Stage(f"pw{pw:g}", self._loss, lr=float(c.lr), config=config, code=(M, AViT),
+                      policy=Policy(warmup=0.05), prepare=self._calibrate, finish=self._finish)]
+
+    def _calibrate(self, model: nn.Module, ctx: PrepareContext) -> None:
+        if float(self.cfg.halt_init) > 0:
+            self._shifts = calibrate_halting(model, ctx.first_batch().x, float(self.cfg.halt_init))
+
+    def _loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:
+        out = model(batch.x)
+        log = model.last
+        return (self.task.loss(out, batch) + float(self.cfg.ponder_weight) * M.ponder_loss(log)
+                + float(self.cfg.distr_weight) * M.distribution_loss(log, self._prior, self._skip_cls))
+
+    def _finish(self, model: nn.Module) -> None:
         model.real_path = True
-        self._eps = float(c.epsilon)
-        return model.eval()
+        self._eps = float(self.cfg.epsilon)
 
     # --- knob ---------------------------------------------------------------------------------------
     def knob_values(self) -> list[str]:
@@ -136,8 +127,3 @@ class AViT(Method):
         halting = f"eps={eps:g}" if eps == float(c.epsilon) else f"eval-eps={eps:g}(trained eps={c.epsilon:g})"
         return (f"gamma={c.gate_scale:g};beta={c.gate_center:g};halt_init={c.halt_init:g};"
                 f"prior=gauss(t={c.target_depth or 'auto2/3L'},w={c.distr_weight:g});{halting};real=gathered")
-
-    def train_budget(self) -> str:
-        base = self.task.base_budget()
-        return (f"{self.total_steps()} steps fine-tuning (Adam lr {self.cfg.lr:g}, 5% warm-up, cosine), batch "
-                f"{base['batch_size']}, on top of the base model ({base['steps']} steps)")

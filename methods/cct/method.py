@@ -1,12 +1,12 @@
 """Method ``cct``: convert the task's dense base model to a CCT and train one model for every budget.
 
 Training (paper §2.2, §3): start from the cached dense base model (the dense MLP is split into the M
-slices; new LayerNorms calibrated on one batch, gates initialised on), then ``method_steps`` steps
-(the budget every method gets on top of the base model) with the task's optimiser settings.  Each sample
+slices; new LayerNorms calibrated on the stage's first batch, gates initialised on), then one stage on the
+core's method budget (bench/protocol.py) with the task's optimiser policy.  Each sample
 draws a budget uniformly from ``cct.budgets`` (repeats weight a value); its symbol's embedding is added
 to every token; the loss is task loss + λ·Σ_i |C_budget,i − C_util,i| / C_budget,i over the budget groups
 of the batch.  Gate noise α rises linearly from 0 to ``alpha_max`` over the steps.  Budget draws and gate
-noise come from generators seeded by (seed, step), so an interrupted run resumes exactly.
+noise come from the core's per-step generator (seed, stage, step), so an interrupted run resumes exactly.
 
 Evaluation: one model, every distinct budget is one point (eval-time knob); the real path runs a unit
 iff its gate is ≥ 0.5; the cost is the realised usage (never the nominal p), control networks included.
@@ -25,12 +25,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-import bench.models.transformer as skeleton
-from bench import registry, train
+from bench import registry
 from bench.api import Batch, Method
 from bench.errors import UserError
-from bench.run import code_version, plain
-from bench.models.seq2seq import EncoderDecoder
+from bench.protocol import Stage, StepContext, base_policy
+from bench.run import plain
 from methods.cct import model as M
 from methods.cct import seq2seq as S2S
 
@@ -45,58 +44,41 @@ class CCT(Method):
             raise UserError("cct.budgets is empty; give at least one budget in (0, 1], e.g. [1.0,0.5]")
         self.points = sorted(set(self.train_budgets), reverse=True)
 
-    def budget(self) -> dict[str, Any]:
-        base = self.task.base_budget()
-        steps = int(getattr(self.task.cfg, "method_steps", 0) or 0) or int(base["steps"])
-        return {"steps": steps, "batch_size": int(base["batch_size"]),
-                "lr": float(self.cfg.lr) or float(base["lr"]), "fit": dict(base.get("fit", {}))}
+    # --- model and stages ---------------------------------------------------------------------------
+    def _budgets_per_sample(self) -> int:
+        return 2 if self._seq2seq() else 1  # encoder and decoder budget symbols on an encoder-decoder
 
-    def build(self) -> nn.Module:
-        base = self.run.base_model(self.task)
-        if isinstance(base, EncoderDecoder):
-            convert, budgets_per_sample, name = S2S.CCTSeq2Seq, 2, "cct-seq2seq"  # encoder and decoder symbols
-        elif isinstance(base, skeleton.Encoder):
-            convert, budgets_per_sample, name = M.CCTModel, 1, "cct"
-        else:
-            raise UserError(f"cct needs a skeleton Encoder or EncoderDecoder backbone; task {self.task.name} "
-                            f"built {type(base).__name__}")
-        torch.manual_seed(self.run.seed)
+    def convert(self, base: nn.Module | None) -> nn.Module:
+        convert = S2S.CCTSeq2Seq if self._seq2seq() else M.CCTModel
         c = self.cfg
         try:
-            model = convert(base, len(self.points), int(c.slices), int(c.gate_hidden), float(c.gate_bias_init))
+            return convert(base, len(self.points), int(c.slices), int(c.gate_hidden), float(c.gate_bias_init))
         except ValueError as err:
             raise UserError(f"cct.slices={c.slices}: {err}") from None
-        budget = self.budget()
-        model.calibrate(self.task.train_batch(0, budget["batch_size"]).x)
+
+    def stages(self) -> list[Stage]:
+        c = self.cfg
+        lr = float(c.lr) or float(self.task.base_budget()["lr"])
+        config = {k: v for k, v in plain(c).items() if k != "pairs"}
+        name = "cct-seq2seq" if self._seq2seq() else "cct"
+        return [Stage(name, self._loss, lr=lr, config=config, code=(M, S2S, CCT), policy=base_policy(self.task),
+                      prepare=lambda model, ctx: model.calibrate(ctx.first_batch().x), finish=self._finish)]
+
+    def _loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:
         symbol_of = torch.tensor([self.points.index(p) for p in self.train_budgets])
         values = torch.tensor(self.points, dtype=torch.float64)
-        state = {"step": 0}
-        steps, alpha_max, weight = budget["steps"], float(c.alpha_max), float(c.budget_weight)
+        draws = torch.randint(len(self.train_budgets), (self._budgets_per_sample(), len(batch)),
+                              generator=ctx.generator, device=ctx.generator.device)
+        symbols = [symbol_of.to(batch.x.device)[d.to(batch.x.device)] for d in draws]  # per sub-network: [B]
+        model.alpha = float(self.cfg.alpha_max) * ctx.progress
+        model.generator = ctx.generator
+        logits = model(batch.x, *symbols)
+        return self.task.loss(logits, batch) + float(self.cfg.budget_weight) * model.budget_loss(*symbols, values)
 
-        def batch_fn(step: int) -> Batch:
-            state["step"] = step
-            return self.task.train_batch(step, budget["batch_size"])
-
-        def loss_fn(m: nn.Module, batch: Batch) -> Tensor:
-            generator = torch.Generator(device=batch.x.device)
-            generator.manual_seed(self.run.seed * 1_000_003 + state["step"])
-            draws = torch.randint(len(self.train_budgets), (budgets_per_sample, len(batch)), generator=generator)
-            symbols = [symbol_of[d].to(batch.x.device) for d in draws]  # per sub-network: [B] symbol indices
-            m.alpha = alpha_max * state["step"] / max(1, steps - 1)
-            m.generator = generator
-            logits = m(batch.x, *symbols)
-            return self.task.loss(logits, batch) + weight * m.budget_loss(*symbols, values)
-
-        key = {"base": {"task": self.task.name, "cfg": plain(self.task.cfg), "seed": self.run.seed,
-                        "code": code_version(type(self.task), skeleton, train, type(base))},
-               "cct": {k: v for k, v in plain(c).items() if k != "pairs"}, "budget": budget,
-               "code": code_version(M, S2S, CCT)}
-        self.run.fit(model, batch_fn, loss_fn, owner="cct", name=name, key=key, steps=steps, lr=budget["lr"],
-                     **budget["fit"])
+    @staticmethod
+    def _finish(model: nn.Module) -> None:
         model.alpha, model.generator = 0.0, None
         model.real_path = True
-        model.eval()
-        return model
 
     # --- knob ---------------------------------------------------------------------------------------
     def _seq2seq(self) -> bool:
@@ -144,7 +126,3 @@ class CCT(Method):
         c = self.cfg
         return (f"M={c.slices};h={c.gate_hidden};alpha=0->{c.alpha_max:g};lambda={c.budget_weight:g};"
                 f"budgets={','.join(f'{p:g}' for p in self.train_budgets)}")
-
-    def train_budget(self) -> str:
-        b = self.budget()
-        return f"{b['steps']} steps x batch {b['batch_size']} on the dense base model (lr {b['lr']:g})"

@@ -23,7 +23,6 @@ class DATConfig:
                                     help="share of the budget trained aligned with α = 0 (paper: 50k updates "
                                          "first); the rest trains with the exit loss")
     lr: float = param(1e-3, min=0.0, help="peak learning rate of both stages (cosine; task warm-up capped at 10%)")
-    total_steps: int = param(0, min=0, help="training steps on top of the base model (0 = the task's method_steps)")
     thresholds: list = param([0.2, 0.4, 0.6, 0.8], min=0.0, max=1.0,
                              help="eval-time knob τ (geometric/confidence; the same τ at every block): one "
                                   "decode per value on the one trained model")

@@ -1,7 +1,7 @@
 """Method ``dat``: train the Depth-Adaptive Transformer on top of the task's dense encoder–decoder.
 
-Recipe (paper §2–3; reference/methods.md §5.3), with a stated budget on top of the dense base model
-(``total_steps``, default the task's ``method_steps``), batches continuing the task's training stream:
+Recipe (paper §2–3; reference/methods.md §5.3), two declared stages on the core's method budget
+(bench/protocol.py), batches continuing the task's training stream:
 1. ``aligned`` (``aligned_fraction`` of the budget; α = 0): the classifiers C_1..C_N (C_N = the dense
    head, the others initialised from it) on every block's teacher-forced state, loss = the mean of the N
    label-smoothed token NLLs (uniform weights: the paper's best, Appendix A).  One forward per step.
@@ -26,13 +26,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bench import train
 from bench.api import Batch, Method
-from bench.errors import UserError
-from bench.run import code_version
+from bench.protocol import Stage, StepContext, short_stage_policy
 from methods.dat import model as M
 
 OWNER = "dat"
@@ -69,17 +66,6 @@ def oracle(logits: list[Tensor], y: Tensor, valid: Tensor, *, kind: str, lam: fl
 class DAT(Method):
     name = "dat"
 
-    # --- budget ---------------------------------------------------------------------------------
-    def total_steps(self) -> int:
-        return int(self.cfg.total_steps) or self.task_method_steps()
-
-    def plan(self) -> dict[str, int]:
-        total = self.total_steps()
-        if self.cfg.halting == "confidence":
-            return {"aligned": total, "exit": 0}
-        aligned = int(round(total * float(self.cfg.aligned_fraction)))
-        return {"aligned": aligned, "exit": total - aligned}
-
     # --- losses ---------------------------------------------------------------------------------
     def _aligned(self, logits: list[Tensor], batch: Batch) -> Tensor:
         return torch.stack([self.task.loss(lg, batch) for lg in logits]).mean()
@@ -97,52 +83,34 @@ class DAT(Method):
             return nll.mean()
         return (nll * valid).sum() / valid.sum().clamp_min(1)
 
-    # --- build ----------------------------------------------------------------------------------
-    def build(self) -> nn.Module:
-        import bench.models.transformer as skeleton
+    # --- model and stages -----------------------------------------------------------------------
+    def convert(self, base: nn.Module | None) -> nn.Module:
+        return M.DATModel(base, str(self.cfg.halting))
 
+    def stages(self) -> list[Stage]:
+        """aligned (``aligned_fraction`` of the method budget; all of it for confidence halting), then exit."""
         c = self.cfg
-        base = self.run.base_model(self.task)
-        if not hasattr(base, "decoder"):
-            raise UserError(f"dat needs an encoder–decoder backbone; task {self.task.name} built {type(base).__name__}")
-        torch.manual_seed(self.run.seed)
-        model = M.DATModel(base, str(c.halting))
-        budget = self.task.base_budget()
-        batch_size, base_steps = int(budget["batch_size"]), int(budget["steps"])
-        plan = self.plan()
-        extras = dict(budget.get("fit", {}))
-        upstream = {"task": self.task.name, "task_cfg": self.task.base_config(), "seed": self.run.seed,
-                    "base_code": code_version(type(self.task), skeleton, train)}
-        key = {**upstream, "stage": "aligned", "halting": str(c.halting), "steps": plan["aligned"],
-               "lr": float(c.lr), "code": code_version(M, DAT)}
+        confidence = c.halting == "confidence"
+        aligned_share = 1.0 if confidence else float(c.aligned_fraction)
+        policy = short_stage_policy(self.task)
+        exit_cfg = {"oracle": str(c.oracle), "lam": float(c.lam), "sigma": float(c.sigma), "alpha": float(c.alpha)}
+        return [
+            Stage("aligned", self._aligned_stage_loss, lr=float(c.lr), share=aligned_share,
+                  config={"halting": str(c.halting)}, code=(M, DAT), policy=policy, skip=aligned_share == 0.0,
+                  finish=self.task.configure),
+            Stage(f"exit-{c.halting}-{c.oracle}-l{c.lam:g}-s{c.sigma:g}-a{c.alpha:g}", self._exit_stage_loss,
+                  lr=float(c.lr), share=1.0 - aligned_share, config=exit_cfg, code=(M, DAT), policy=policy,
+                  skip=confidence or aligned_share == 1.0, finish=self.task.configure),
+        ]
 
-        def aligned_loss(m: nn.Module, batch: Batch) -> Tensor:
-            logits, _, _, _ = m.all_logits(batch.x)
-            return self._aligned(logits, batch)
+    def _aligned_stage_loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:
+        logits, _, _, _ = model.all_logits(batch.x)
+        return self._aligned(logits, batch)
 
-        if plan["aligned"]:
-            self._fit(model, aligned_loss, "aligned", key, plan["aligned"], base_steps, batch_size, extras)
-        if plan["exit"]:
-            key = {"upstream": key, "stage": "exit", "oracle": str(c.oracle), "lam": float(c.lam),
-                   "sigma": float(c.sigma), "alpha": float(c.alpha), "steps": plan["exit"]}
-            alpha = float(c.alpha)
-
-            def exit_loss(m: nn.Module, batch: Batch) -> Tensor:
-                logits, states, memory, mem_mask = m.all_logits(batch.x)
-                return self._aligned(logits, batch) + alpha * self._exit_loss(m, logits, states, memory,
-                                                                              mem_mask, batch)
-
-            name = f"exit-{c.halting}-{c.oracle}-l{c.lam:g}-s{c.sigma:g}-a{alpha:g}"
-            self._fit(model, exit_loss, name, key, plan["exit"], base_steps + plan["aligned"], batch_size, extras)
-        self.task.configure(model)
-        return model.eval()
-
-    def _fit(self, model, loss_fn, name, key, steps, offset, batch_size, extras) -> None:
-        extras = dict(extras)
-        if "warmup" in extras:
-            extras["warmup"] = min(int(extras["warmup"]), steps // 10)
-        self.run.fit(model, lambda step: self.task.train_batch(offset + step, batch_size), loss_fn, owner=OWNER,
-                     name=name, key=key, steps=steps, lr=float(self.cfg.lr), **extras)
+    def _exit_stage_loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:
+        logits, states, memory, mem_mask = model.all_logits(batch.x)
+        return self._aligned(logits, batch) + float(self.cfg.alpha) * self._exit_loss(model, logits, states, memory,
+                                                                                      mem_mask, batch)
 
     # --- knob -----------------------------------------------------------------------------------
     def _n_blocks(self) -> int:
@@ -191,9 +159,3 @@ class DAT(Method):
             return "halting=confidence;aligned-uniform"
         return (f"halting={c.halting};oracle={c.oracle};lam={c.lam:g};sigma={c.sigma:g};alpha={c.alpha:g};"
                 "aligned-uniform")
-
-    def train_budget(self) -> str:
-        plan = self.plan()
-        budget = self.task.base_budget()
-        return (f"aligned {plan['aligned']} + exit-loss {plan['exit']} steps x batch {budget['batch_size']} "
-                f"(lr {self.cfg.lr:g}) on top of the base model ({budget['steps']} steps)")

@@ -1,7 +1,8 @@
 """The dense baseline: the task's backbone at one size, every input costs the same.
 
-width = depth = 1 is the task's shared base model (trained once, cached); other sizes are static
-baseline points trained with the same budget.  Per-sample cost is the analytic cost of the backbone
+width = depth = 1 is the task's shared base model (trained once, cached; no stage of its own); other sizes
+are static baseline points, trained from scratch like the base model (one stage with the task's loss,
+budget, learning rate and optimiser policy).  Per-sample cost is the analytic cost of the backbone
 (``macs_per_sample()`` or the skeleton's ``macs(tokens)``), which the counter test checks.
 """
 
@@ -14,6 +15,7 @@ from torch import Tensor, nn
 
 from bench import registry
 from bench.api import Batch, Method
+from bench.protocol import Stage, base_policy, task_loss
 
 # Keys of a task's base training budget: a dense row trained with other values than the task's defaults
 # is a different model (e.g. an equal-total-budget control), named in the row's variant so that reports
@@ -41,8 +43,24 @@ def analytic_macs(model: nn.Module, batch: Batch) -> Tensor:
 class Dense(Method):
     name = "dense"
 
-    def build(self) -> nn.Module:
-        return self.run.base_model(self.task, width=float(self.cfg.width), depth=float(self.cfg.depth))
+    def _size(self) -> tuple[float, float]:
+        return float(self.cfg.width), float(self.cfg.depth)
+
+    def starts_from(self) -> str:
+        return "base" if self._size() == (1.0, 1.0) else "scratch"
+
+    def convert(self, base: nn.Module | None) -> nn.Module:
+        if base is not None:
+            return base
+        width, depth = self._size()
+        return self.task.build_backbone(width=width, depth=depth)
+
+    def stages(self) -> list[Stage]:
+        if self.starts_from() == "base":
+            return []
+        width, depth = self._size()
+        return [Stage(f"w{width:g}-d{depth:g}", task_loss(self.task), lr=float(self.task.base_budget()["lr"]),
+                      policy=base_policy(self.task), config={"width": width, "depth": depth})]
 
     def knob_values(self) -> list[str]:
         return [f"w{self.cfg.width:g}-d{self.cfg.depth:g}"]

@@ -35,8 +35,6 @@ class EarlyExitConfig:
                                      help="share of the budget for the ensemble stage (acm-code: 5 of 100 epochs)")
     lr: float = param(1e-3, min=0.0, help="Adam lr of the head stage (acm-code: 1e-3)")
     lr_ensemble: float = param(1e-3, min=0.0, help="Adam lr of the ensemble stage (acm-code: 1e-3)")
-    total_steps: int = param(0, min=0, help="training steps on top of the base model (0 = the task's "
-                                            "method_steps, else its base train_steps)")
 
 
 SPEC = register_method(MethodSpec(
@@ -49,5 +47,5 @@ SPEC = register_method(MethodSpec(
     knob_kind="eval",
     support=requires_backbone("encoder", "early exit puts classifier heads between the blocks of an encoder-only "
                                          "transformer; this task builds none (an RNN, or an encoder-decoder: DAT)"),
-    test_overrides=("early_exit.total_steps=12", "early_exit.thresholds=[0.0,0.5,1.0]"),
+    test_overrides=("early_exit.thresholds=[0.0,0.5,1.0]",),
 ))

@@ -9,9 +9,9 @@ Recipe (reference/methods.md §4.3, acm-code's ViT-B script scaled to the task's
    Adam, lr ``lr`` (acm-code 1e-3; no weight decay, gradient clipping 1.0, cosine schedule).
 2. ``ensembles`` — only the ensemble weights and biases train (everything else frozen), loss = mean over
    ensembles of the task loss, Adam ``lr_ensemble``.  Skipped with ``ensemble=false``.
-Budget: ``total_steps`` (0 = the task's ``method_steps``), split (1 - ensemble_fraction) : ensemble_fraction
-as acm-code's 95 : 5 epochs, at the task's batch size; the data continue the task's training stream after
-the base model's steps.  The head width defaults to the largest h whose head costs <= ``head_fraction`` of
+Budget: the core's method budget, split (1 - ensemble_fraction) : ensemble_fraction as acm-code's 95 : 5
+epochs, at the task's batch size; the data continue the task's training stream after the base model's
+steps (bench/protocol.py).  The head width defaults to the largest h whose head costs <= ``head_fraction`` of
 the dense model (ZTW's ViT-B ratio, 0.47%), since acm-code's fixed 8192 would cost far more than the
 whole small ViT.
 
@@ -28,11 +28,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-import bench.models.transformer as skeleton
-from bench import train
 from bench.api import Batch, Method
 from bench.errors import UserError
-from bench.run import code_version, plain
+from bench.protocol import PrepareContext, Stage, StepContext
 from methods.early_exit import model as M
 
 OWNER = "early_exit"
@@ -42,15 +40,6 @@ class EarlyExit(Method):
     name = "early_exit"
 
     # --- configuration ------------------------------------------------------------------------------
-    def total_steps(self) -> int:
-        return int(self.cfg.total_steps) or self.task_method_steps()
-
-    def plan(self) -> dict[str, int]:
-        total = self.total_steps()
-        ens = max(1, round(total * float(self.cfg.ensemble_fraction))) if self.cfg.ensemble else 0
-        ens = min(ens, total - 1)
-        return {"heads": total - ens, "ensembles": ens}
-
     def exit_blocks(self, n_layers: int) -> list[int]:
         blocks = sorted({int(b) for b in self.cfg.exit_blocks})
         if not blocks:
@@ -61,15 +50,10 @@ class EarlyExit(Method):
                             f"blocks (0..{n_layers - 1}); bad: {bad}")
         return blocks
 
-    # --- build ----------------------------------------------------------------------------------------
-    def build(self) -> nn.Module:
-        base = self.run.base_model(self.task)
-        if not isinstance(base, skeleton.Encoder):
-            raise UserError(f"early_exit needs a skeleton Encoder backbone; task {self.task.name} built "
-                            f"{type(base).__name__}")
-        budget = self.task.base_budget()
-        self._batch_size = int(budget["batch_size"])
-        probe = self.task.example_input(1).to(self.run.device)
+    # --- model and stages -----------------------------------------------------------------------------
+    def convert(self, base: nn.Module | None) -> nn.Module:
+        # the head width is set from a training input: evaluation settings never change the trained model
+        probe = self.task.train_batch(0, 1).x.to(self.run.device)
         with torch.no_grad():
             base.eval()
             dense_out = base(probe)
@@ -84,42 +68,44 @@ class EarlyExit(Method):
         model = M.EarlyExitEncoder(copy.deepcopy(base), blocks, classes, hidden,
                                    cascade=self.cfg.head == "cascading").to(self.run.device)
         model.per_token = dense_out.dim() == 3
-        plan = self.plan()
-        offset = int(budget["steps"])
-        key = {"base": {"task": self.task.name, "cfg": plain(self.task.base_config()), "seed": self.run.seed},
-               "blocks": blocks, "hidden": hidden, "head": str(self.cfg.head), "backbone": str(self.cfg.backbone),
-               "steps": plan["heads"], "lr": float(self.cfg.lr), "batch": self._batch_size,
-               "code": code_version(M, EarlyExit, skeleton, train, type(self.task))}
-        joint = self.cfg.backbone == "joint"
-
-        def heads_loss(m: nn.Module, batch: Batch) -> Tensor:
-            outputs, final = m.all_exits(batch.x, grad_backbone=joint)
-            if joint:
-                outputs = [*outputs, final]
-            return torch.stack([self.task.loss(out, batch) for out in outputs]).mean()
-
-        params = list(model.parameters()) if joint else list(model.heads.parameters())
         model.use_ensemble = False
-        self.run.fit(model, self._batches(offset), heads_loss, owner=OWNER, name="heads", key=key,
-                     steps=plan["heads"], lr=float(self.cfg.lr), params=params, grad_clip=1.0)
-        if plan["ensembles"]:
-            model.use_ensemble = True
-            ens_key = {"heads": key, "stage": "ensembles", "steps": plan["ensembles"],
-                       "lr": float(self.cfg.lr_ensemble)}
+        return model
 
-            def ensemble_loss(m: nn.Module, batch: Batch) -> Tensor:
-                outputs, _ = m.all_exits(batch.x, grad_backbone=False, grad_heads=False)
-                return torch.stack([self.task.loss(out, batch) for out in outputs]).mean()
+    def stages(self) -> list[Stage]:
+        """heads, then ensembles (skipped with ``ensemble=false``), sharing the method budget
+        (1 - ensemble_fraction) : ensemble_fraction."""
+        c = self.cfg
+        ens_share = float(c.ensemble_fraction) if c.ensemble else 0.0
+        heads_cfg = {"blocks": list(c.exit_blocks), "head_hidden": int(c.head_hidden),
+                     "head_fraction": float(c.head_fraction), "head": str(c.head), "backbone": str(c.backbone)}
+        return [
+            Stage("heads", self._heads_loss, lr=float(c.lr), share=1.0 - ens_share, params=self._heads_params,
+                  config=heads_cfg, code=(M, EarlyExit)),
+            Stage("ensembles", self._ensemble_loss, lr=float(c.lr_ensemble), share=ens_share,
+                  params=lambda m: list(m.ensembles.parameters()), code=(M, EarlyExit),
+                  prepare=self._use_ensembles, skip=not c.ensemble, finish=self._finish),
+        ]
 
-            self.run.fit(model, self._batches(offset + plan["heads"]), ensemble_loss, owner=OWNER,
-                         name="ensembles", key=ens_key, steps=plan["ensembles"], lr=float(self.cfg.lr_ensemble),
-                         params=list(model.ensembles.parameters()), grad_clip=1.0)
+    def _heads_params(self, model: nn.Module) -> list[nn.Parameter]:
+        return list(model.parameters()) if self.cfg.backbone == "joint" else list(model.heads.parameters())
+
+    def _heads_loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:
+        joint = self.cfg.backbone == "joint"
+        outputs, final = model.all_exits(batch.x, grad_backbone=joint)
+        if joint:
+            outputs = [*outputs, final]
+        return torch.stack([self.task.loss(out, batch) for out in outputs]).mean()
+
+    def _ensemble_loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:
+        outputs, _ = model.all_exits(batch.x, grad_backbone=False, grad_heads=False)
+        return torch.stack([self.task.loss(out, batch) for out in outputs]).mean()
+
+    @staticmethod
+    def _use_ensembles(model: nn.Module, ctx: PrepareContext) -> None:
+        model.use_ensemble = True
+
+    def _finish(self, model: nn.Module) -> None:
         model.use_ensemble = bool(self.cfg.ensemble)
-        return model.eval()
-
-    def _batches(self, offset: int):
-        size = self._batch_size
-        return lambda step: self.task.train_batch(offset + step, size)
 
     # --- knob ---------------------------------------------------------------------------------------
     def knob_values(self) -> list[float]:
@@ -144,11 +130,3 @@ class EarlyExit(Method):
         where = ",".join(map(str, blocks)) if blocks is not None else "auto"
         return (f"exits=after blocks {where}+final;head={c.head}-3l-h{getattr(self, '_hidden', c.head_hidden)};"
                 f"ensemble={'ztw' if c.ensemble else 'none'};backbone={c.backbone};confidence=max-softmax")
-
-    def train_budget(self) -> str:
-        plan = self.plan()
-        base = self.task.base_budget()
-        what = "heads" if self.cfg.backbone == "frozen" else "backbone + heads (joint)"
-        return (f"{plan['heads']} steps {what} (Adam lr {self.cfg.lr:g}) + {plan['ensembles']} steps ensembles "
-                f"(lr {self.cfg.lr_ensemble:g}), batch {base['batch_size']}, on top of the base model "
-                f"({base['steps']} steps)")

@@ -16,10 +16,8 @@ class MoeficationConfig:
     experts: int = param(8, min=1, help="experts E per MLP (d_mlp must be divisible by E)")
     k_values: list = param([1, 2, 4, 6, 8], min=1,
                            help="experts per token evaluated (eval-time knob); k=E is always added")
-    total_steps: int = param(0, min=0, help="training steps on top of the base model "
-                                            "(0 = the task's method_steps, else its base train_steps)")
     relu_fraction: float = param(0.8, min=0.0, max=1.0,
-                                 help="share of total_steps spent fine-tuning the relufied model "
+                                 help="share of the method budget spent fine-tuning the relufied model "
                                       "(ACM: 80 of 100 epochs); the rest trains the routers")
     relu_lr: float = param(1e-4, min=0.0, help="lr of relufication (ACM's ViT-B: Adam 1e-4); the task's "
                                                           "weight decay/clipping apply")
@@ -40,6 +38,6 @@ SPEC = register_method(MethodSpec(
     knob_kind="eval",
     support=requires_backbone(("encoder", "encoder-decoder"),
                               "MoEfication splits the MLPs of the shared transformer; this task builds none"),
-    test_overrides=("moefication.experts=4", "moefication.k_values=[1,2]", "moefication.total_steps=10",
+    test_overrides=("moefication.experts=4", "moefication.k_values=[1,2]", 
                     "moefication.kmeans_iters=10"),
 ))

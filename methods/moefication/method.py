@@ -1,18 +1,17 @@
 """MoEfication (Zhang et al. 2021) with ACM's baseline recipe (Wójcik et al., §5 "MoEfication").
 
-Stages (each cached and resumable through ``run.fit``; budget = ``total_steps`` on top of the base model,
-split ``relu_fraction`` : rest as ACM's 80 : 20 epochs):
+Stages (declared; the core runs them on the method budget, split ``relu_fraction`` : rest as ACM's
+80 : 20 epochs, bench/protocol.py):
 1. Relufication: the task's dense base model with every MLP activation swapped GELU → ReLU, fine-tuned
    whole with the task loss at lr ``relu_lr`` (ACM: Adam 1e-4) with the task's own optimiser extras
-   (weight decay, gradient clipping; its warm-up capped at 10% of the stage).  Skipped when the MLPs
-   already use ReLU (MoEfication only relufies GELU models); those steps are then not spent.
+   (weight decay, gradient clipping; its warm-up capped at 10% of the stage).  A model whose MLPs
+   already use ReLU is fine-tuned the same way, so the budget is spent alike on every task.
 2. Expert construction (no training): per MLP, balanced k-means over the L2-normalised fc1 rows
    (clustering.py), then the neurons are permuted so expert e is the contiguous slice e (layers.py).
 3. Routers: the model frozen (eval mode, no gradients), one router per MLP (acm-code's shape, width from
    ``router_width``) trained with BCE-with-logits against per-token normalised expert activation sums
    (layers.router_targets), Adam ``router_lr``.
-Data continue the task's training stream after the base model's steps (stage 1 uses steps
-base_steps + i, stage 2 base_steps + relu_steps + i), i.e. the epochs that follow the base model's.
+Data continue the task's training stream after the base model's steps (the core's data order).
 
 Evaluation: binary top-k experts per token on the grouped real path; k is the eval-time knob, and k = E
 (all experts: the relufied dense MLP, plus the routers' cost) is always one of the points so the ReLU
@@ -21,18 +20,14 @@ dense accuracy appears as a row (the GELU dense accuracy is the ``dense`` method
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-import bench.models.transformer as skeleton
-from bench import train
 from bench.api import Batch, Method
 from bench.errors import UserError
 from bench.models.transformer import Block
-from bench.run import code_version, plain, task_loss
+from bench.protocol import PrepareContext, Stage, short_stage_policy, task_loss
 from methods.moefication import clustering, layers
 from methods.moefication.layers import MoEMLP
 
@@ -82,93 +77,72 @@ def moefy(model: nn.Module, experts: int, router_hidden: int, *, seed: int, iter
     return moe_layers(model)
 
 
-def router_loss(model: nn.Module) -> Callable[[nn.Module, Batch], Tensor]:
+def router_loss(model: nn.Module, batch: Batch) -> Tensor:
     """Loss of one router-training step: the frozen model's dense forward records every MLP's input and
     targets; each router's BCE-with-logits against them, averaged over layers."""
-    moes = moe_layers(model)
-
-    def loss_fn(_: nn.Module, batch: Batch) -> Tensor:
-        model.eval()  # frozen backbone: no dropout, no gradients
-        with torch.no_grad():
-            model(batch.x)
-        losses = []
-        for layer in moes:
-            inputs, targets = layer.recorded
-            losses.append(F.binary_cross_entropy_with_logits(layer.router(inputs), targets))
-        return torch.stack(losses).mean()
-
-    return loss_fn
+    model.eval()  # frozen backbone: no dropout, no gradients
+    with torch.no_grad():
+        model(batch.x)
+    losses = []
+    for layer in moe_layers(model):
+        inputs, targets = layer.recorded
+        losses.append(F.binary_cross_entropy_with_logits(layer.router(inputs), targets))
+    return torch.stack(losses).mean()
 
 
 class Moefication(Method):
     name = "moefication"
 
-    # --- budget -------------------------------------------------------------------------------
-    def _total_steps(self) -> int:
-        if int(self.cfg.total_steps):
-            return int(self.cfg.total_steps)
-        method_steps = getattr(self.task.cfg, "method_steps", None)
-        return int(method_steps) if method_steps else int(self.task.base_budget()["steps"])
-
-    def _stage_steps(self) -> tuple[int, int]:
-        total = self._total_steps()
-        relu = int(round(total * float(self.cfg.relu_fraction)))
-        return relu, total - relu
-
-    # --- build --------------------------------------------------------------------------------
-    def build(self) -> nn.Module:
-        cfg = self.cfg
-        experts = int(cfg.experts)
+    # --- model and stages ---------------------------------------------------------------------------
+    def convert(self, base: nn.Module | None) -> nn.Module:
+        experts = int(self.cfg.experts)
         self.knob_values()  # fail early on a bad k
-        budget = self.task.base_budget()
-        batch_size, base_steps = int(budget["batch_size"]), int(budget["steps"])
-        relu_steps, router_steps = self._stage_steps()
-
-        model = self.run.base_model(self.task)
-        blocks = [m for m in model.modules() if isinstance(m, Block)]
+        blocks = [m for m in base.modules() if isinstance(m, Block)]
+        if not blocks:
+            raise UserError("moefication: the model has no transformer Block with an MLP to split")
         for block in blocks:
             if block.mlp.fc1.out_features % experts:
                 raise UserError(f"moefication.experts={experts} does not divide the MLP width "
                                 f"{block.mlp.fc1.out_features}; choose a divisor")
-        self._relufied = any(not isinstance(b.mlp.act, nn.ReLU) for b in blocks)
-        for block in blocks:
-            block.mlp.act = nn.ReLU()
+            block.mlp.act = nn.ReLU()  # relufication (a ReLU model is fine-tuned all the same)
+        self._router_hidden = router_width(blocks[0].mlp.fc1.in_features, experts, int(self.cfg.router_hidden))
+        return base
 
-        upstream = {"task": self.task.name, "task_cfg": plain(self.task.cfg), "seed": self.run.seed,
-                    "base_code": code_version(type(self.task), skeleton, train)}
-        relu_key = {**upstream, "stage": "relu", "steps": relu_steps, "lr": float(cfg.relu_lr),
-                    "relufied": self._relufied, "code": code_version(Moefication)}
-        if self._relufied and relu_steps > 0:
-            extras = dict(budget.get("fit", {}))
-            if "warmup" in extras:  # the base recipe's warm-up, capped at 10% of this shorter stage
-                extras["warmup"] = min(int(extras["warmup"]), relu_steps // 10)
-            self.run.fit(model, lambda step: self.task.train_batch(base_steps + step, batch_size),
-                         task_loss(self.task), owner=OWNER, name="relu", key=relu_key, steps=relu_steps,
-                         lr=float(cfg.relu_lr), **extras)
+    def stages(self) -> list[Stage]:
+        """relu (fine-tune the relufied model, task loss) then router (experts built, routers trained on the
+        frozen model), sharing the method budget ``relu_fraction`` : rest."""
+        c = self.cfg
+        relu_share = float(c.relu_fraction)
+        return [
+            Stage("relu", task_loss(self.task), lr=float(c.relu_lr), share=relu_share,
+                  config={"activation": "relu"}, code=(Moefication,), policy=short_stage_policy(self.task),
+                  skip=relu_share == 0.0),
+            Stage(f"router-E{int(c.experts)}", lambda m, batch, ctx: router_loss(m, batch), lr=float(c.router_lr),
+                  share=1.0 - relu_share,
+                  config={"experts": int(c.experts), "router_hidden": int(c.router_hidden),
+                          "kmeans_iters": int(c.kmeans_iters)},
+                  code=(Moefication, layers, clustering), params=self._router_params,
+                  prepare=self._make_experts, finish=self._to_real_path, skip=relu_share == 1.0),
+        ]
 
-        self._router_hidden = router_width(blocks[0].mlp.fc1.in_features, experts, int(cfg.router_hidden))
-        router_key = {"relu": relu_key, "stage": "router", "experts": experts,
-                      "router_hidden": self._router_hidden, "kmeans_iters": int(cfg.kmeans_iters),
-                      "steps": router_steps, "lr": float(cfg.router_lr),
-                      "code": code_version(Moefication, layers, clustering)}
-        name = f"router-E{experts}"
-        done = train.is_done(self.run.stage_path(OWNER, name, router_key))  # its weights are permuted
-        moes = moefy(model, experts, self._router_hidden, seed=self.run.seed, iters=int(cfg.kmeans_iters),
-                     cluster=not done)
+    def _make_experts(self, model: nn.Module, ctx: PrepareContext) -> None:
+        """Expert construction (no training): a cached router checkpoint already holds permuted weights."""
+        moes = moefy(model, int(self.cfg.experts), self._router_hidden, seed=self.run.seed,
+                     iters=int(self.cfg.kmeans_iters), cluster=not ctx.cached)
         set_mode(model, "dense")
         for layer in moes:
             layer.record = True
-        if router_steps > 0:
-            offset = base_steps + relu_steps
-            self.run.fit(model, lambda step: self.task.train_batch(offset + step, batch_size),
-                         router_loss(model), owner=OWNER, name=name, key=router_key, steps=router_steps,
-                         lr=float(cfg.router_lr), params=[p for m in moes for p in m.router.parameters()])
-        for layer in moes:
-            layer.record, layer.recorded = False, None
-            layer.k = experts
-        set_mode(model, "real")
         self._expert_size = moes[0].expert_size
-        return model.eval()
+
+    @staticmethod
+    def _router_params(model: nn.Module) -> list[nn.Parameter]:
+        return [p for m in moe_layers(model) for p in m.router.parameters()]
+
+    def _to_real_path(self, model: nn.Module) -> None:
+        for layer in moe_layers(model):
+            layer.record, layer.recorded = False, None
+            layer.k = int(self.cfg.experts)
+        set_mode(model, "real")
 
     # --- knob ---------------------------------------------------------------------------------
     def knob_values(self) -> list[int]:
@@ -205,11 +179,3 @@ class Moefication(Method):
         return (f"E={cfg.experts}" + (f"x{size}" if size else "") + ";balanced-kmeans(exact)"
                 f";router=Linear(d,{getattr(self, '_router_hidden', cfg.router_hidden)})-tanh-Linear(,E),nobias"
                 ";target=expert-relu-sum/token-max;BCE;binary-topk;real=grouped")
-
-    def train_budget(self) -> str:
-        budget = self.task.base_budget()
-        relu_steps, router_steps = self._stage_steps()
-        relu = (f"relufication {relu_steps} steps (lr {self.cfg.relu_lr:g})"
-                if getattr(self, "_relufied", True) else f"no relufication (ReLU MLPs; {relu_steps} steps unspent)")
-        return (f"{relu} + routers {router_steps} steps (Adam lr {self.cfg.router_lr:g}, model frozen), "
-                f"batch {budget['batch_size']}, on top of the base model ({budget['steps']} steps)")

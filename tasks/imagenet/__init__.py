@@ -61,7 +61,7 @@ SPEC = register_task(TaskSpec(
                 "HuggingFace datasets (source=hf); metric top-1",
     metric="top1",
     higher_is_better=True,
-    backbones=lambda cfg: ("encoder",),
+    backbones=lambda cfg: ("encoder", "pooled-outputs", "tape:image-patches"),
     test_overrides=("imagenet.d_model=16", "imagenet.layers=2", "imagenet.heads=2",
                     "imagenet.mlp=32", "imagenet.train_steps=3", "imagenet.method_steps=10",
                     "imagenet.batch_size=16", "imagenet.warmup=0", "imagenet.eval_batch=128",

@@ -30,7 +30,8 @@ class ParityConfig:
 
 
 def _backbones(cfg) -> tuple[str, ...]:
-    return ("rnn",) if cfg.variant == "vector" else ("encoder",)
+    return ("rnn", "pooled-outputs") if cfg.variant == "vector" else ("encoder", "pooled-outputs",
+                                                                        "tape:sequence-bits")
 
 
 SPEC = register_task(TaskSpec(

@@ -1,0 +1,249 @@
+"""The training protocol, owned by the core and the same for every method.
+
+A method declares what it trains as :class:`Stage` objects (name, trainable parameters, loss on a batch,
+share of the budget, optimiser policy); the core runs them here:
+
+* **Start and budget.**  A method starts either from the task's dense base model (``starts_from =
+  "base"``) or from scratch (``"scratch"``).  From the base, its stages share the *method budget*: the
+  task's ``method_steps`` (tasks without that key: the base model's own step count) at the base model's
+  batch size.  From scratch, a model is trained like the dense base itself: its stages share the base
+  model's budget (``train_steps``).  There is no other meaning of a method budget.
+* **Data order.**  Training batches come from ``task.train_batch(step)``, deterministic in (seed, step).
+  A method that starts from the base continues the stream after the base model's steps (its first batch
+  is ``base_steps``); a model trained from scratch starts at step 0, like the dense base.  Consecutive
+  stages see consecutive data.
+* **Per-step randomness.**  Before every step the core seeds torch's global generator and a
+  ``StepContext.generator`` from (seed, stage, step), so dropout, Gumbel noise and budget draws are the
+  same whether or not a run was interrupted and resumed.
+* **Optimiser policy.**  Adam (AdamW when weight decay > 0), a cosine schedule, gradient clipping at 1.0 and
+  no warm-up (:data:`DEFAULT_POLICY`); a stage that needs anything else declares its own :class:`Policy`.
+* **Cache keys** are chained: a stage's key hashes its parent artifact's key (the base model's, or the
+  previous stage's), its declared config, its step count and optimiser policy, its data offset and the
+  source of the code that trains it.  Evaluation-only keys never enter a key, so changing one retrains
+  nothing; a change to the skeleton's code changes the base model's key and so every key downstream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
+
+import torch
+from torch import Tensor, nn
+
+from bench.api import Batch
+
+if TYPE_CHECKING:
+    from bench.api import Method, Task
+    from bench.run import RunContext
+
+StartsFrom = Literal["base", "scratch"]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Optimiser policy of a stage: learning-rate warm-up, gradient clipping and weight decay.
+
+    ``warmup`` < 1 is a fraction of the stage's steps (at least one step), >= 1 a number of steps;
+    ``warmup_cap`` (optional) bounds it.  The schedule after warm-up is always cosine to zero."""
+
+    warmup: float = 0.0
+    warmup_cap: int | None = None
+    grad_clip: float | None = 1.0
+    weight_decay: float = 0.0
+
+    def warmup_steps(self, steps: int) -> int:
+        if self.warmup <= 0:
+            return 0
+        n = max(1, round(self.warmup * steps)) if self.warmup < 1 else int(self.warmup)
+        return min(n, self.warmup_cap) if self.warmup_cap is not None else n
+
+    def describe(self) -> dict[str, Any]:
+        return {"warmup": self.warmup, "warmup_cap": self.warmup_cap, "grad_clip": self.grad_clip,
+                "weight_decay": self.weight_decay}
+
+
+DEFAULT_POLICY = Policy()
+
+
+@dataclass
+class StepContext:
+    """What a stage's loss may use besides the model and the batch: the step within the stage, the
+    stage's length, and a generator seeded by (seed, stage, step)."""
+
+    stage: str
+    step: int
+    steps: int
+    generator: torch.Generator
+
+    @property
+    def progress(self) -> float:
+        """0 at the first step, 1 at the last."""
+        return self.step / max(1, self.steps - 1)
+
+
+@dataclass
+class PrepareContext:
+    cached: bool  # the stage's checkpoint exists: its weights are loaded right after ``prepare``
+    first_batch: Callable[[], Batch]  # the stage's first training batch (on the run's device)
+
+
+@dataclass
+class Stage:
+    """One training stage of a method, declared as data.
+
+    ``loss(model, batch, ctx)`` returns the scalar loss of one step.  ``params(model)`` selects what trains
+    (default: every parameter that requires grad).  ``share`` is this stage's part of the budget (shares
+    are normalised over the stages; the last stage takes what the others leave, so the steps add up to the
+    budget); ``min_steps`` raises a stage's steps (taken from the last stage).  ``config`` holds what,
+    besides the code, determines the trained result (it enters the cache key; never put evaluation-only
+    keys here).  ``code`` lists the modules/classes whose source trains it.  ``prepare(model, ctx)`` runs
+    before the stage (e.g. a conversion between stages, an initialisation calibrated on data) with a
+    :class:`PrepareContext`: whether the stage's checkpoint exists and is about to be loaded (expensive
+    initialisation can then be skipped) and the stage's first training batch.
+    ``finish(model)`` runs after it.  ``lr`` is the Adam learning rate; ``policy`` overrides
+    :data:`DEFAULT_POLICY` (the override is declared here, never hidden in the loss)."""
+
+    name: str
+    loss: Callable[[nn.Module, Batch, StepContext], Tensor]
+    lr: float
+    share: float = 1.0
+    min_steps: int = 0
+    params: Callable[[nn.Module], Iterable[nn.Parameter]] | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    code: tuple[Any, ...] = ()
+    policy: Policy = DEFAULT_POLICY
+    prepare: Callable[[nn.Module, "PrepareContext"], None] | None = None
+    finish: Callable[[nn.Module], None] | None = None
+    skip: bool = False  # a declared stage that spends no steps (e.g. relufication of a ReLU model)
+
+
+def base_policy(task: "Task") -> Policy:
+    """The optimiser policy of the task's dense base model (the task's declared warm-up, clipping and weight
+    decay), used by every stage that trains a dense model with the task's loss."""
+    fit = dict(task.base_budget().get("fit", {}))
+    return Policy(warmup=float(fit.get("warmup", 0)), grad_clip=fit.get("grad_clip", 1.0),
+                  weight_decay=float(fit.get("weight_decay", 0.0)))
+
+
+def short_stage_policy(task: "Task") -> Policy:
+    """The task's base policy with its warm-up capped at 10% of the stage (a fine-tuning stage is much
+    shorter than the base model's training, whose warm-up would otherwise take most of it)."""
+    base = base_policy(task)
+    return Policy(warmup=0.1 if base.warmup else 0.0, warmup_cap=int(base.warmup) if base.warmup else None,
+                  grad_clip=base.grad_clip, weight_decay=base.weight_decay)
+
+
+def task_loss(task: "Task") -> Callable[[nn.Module, Batch, StepContext], Tensor]:
+    """The task's own loss on the model's output (a dense model's training loss)."""
+    return lambda model, batch, ctx: task.loss(model(batch.x), batch)
+
+
+def step_seed(seed: int, stage: str, step: int) -> int:
+    """The seed of one training step: a hash of (run seed, stage name, step), stable across processes."""
+    digest = hashlib.sha256(f"{seed}/{stage}/{step}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def allocate(stages: list[Stage], budget: int) -> list[int]:
+    """Steps of each stage: ``round(share × budget)`` (shares normalised over the stages that run), raised to
+    ``min_steps``; the last running stage gets the rest (at least 1), so the steps add up to the budget.
+    Skipped stages get 0."""
+    running = [i for i, s in enumerate(stages) if not s.skip]
+    steps = [0] * len(stages)
+    if not running:
+        return steps
+    total_share = sum(stages[i].share for i in running) or 1.0
+    for i in running[:-1]:
+        steps[i] = max(1, round(budget * stages[i].share / total_share), int(stages[i].min_steps))
+    steps[running[-1]] = max(1, budget - sum(steps))
+    return steps
+
+
+@dataclass(frozen=True)
+class PlannedStage:
+    stage: Stage
+    steps: int
+    offset: int  # the global training step of the stage's first batch
+    key: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The stages of one method on one task, with steps, data offsets and chained cache keys."""
+
+    starts_from: StartsFrom
+    parent_key: dict[str, Any]
+    budget: int
+    batch_size: int
+    stages: tuple[PlannedStage, ...]
+
+    def describe(self) -> str:
+        """The training budget as a row states it."""
+        if not self.stages:
+            return "none (evaluates the cached dense base model)" if self.starts_from == "base" else "none"
+        parts = " + ".join(f"{p.stage.name} {p.steps}" for p in self.stages if p.steps)
+        start = ("on top of the dense base model (method budget" if self.starts_from == "base"
+                 else "from scratch (the base model's budget")
+        return f"{parts} steps x batch {self.batch_size} {start} {self.budget} steps)"
+
+
+def chain(parent: dict[str, Any], stage: Stage, steps: int, offset: int, batch_size: int) -> dict[str, Any]:
+    """The cache key of a stage: its parent's key + what determines the stage."""
+    from bench.run import code_version
+
+    return {"parent": parent, "stage": stage.name, "config": stage.config, "steps": steps, "offset": offset,
+            "batch": batch_size, "lr": stage.lr, "policy": stage.policy.describe(),
+            "code": code_version(*stage.code) if stage.code else ""}
+
+
+def plan(method: "Method") -> Plan:
+    """Steps, data offsets and cache keys of a method's stages (nothing is built or trained)."""
+    task, run = method.task, method.run
+    base = task.base_budget()
+    base_steps, batch_size = int(base["steps"]), int(base["batch_size"])
+    starts_from = method.starts_from()
+    if starts_from == "base":
+        parent, budget, offset = run.base_key(task), task.method_budget(), base_steps
+    else:
+        # what a model trained from scratch shares with the dense base: task config, seed, skeleton, trainer
+        parent = {"from": "scratch", **run.base_key(task)}
+        budget, offset = base_steps, 0
+    stages = method.stages()
+    planned, key = [], parent
+    for stage, steps in zip(stages, allocate(stages, budget)):
+        if stage.skip:
+            planned.append(PlannedStage(stage, 0, offset, key))
+            continue
+        key = chain(key, stage, steps, offset, batch_size)
+        planned.append(PlannedStage(stage, steps, offset, key))
+        offset += steps
+    return Plan(starts_from, parent, budget, batch_size, tuple(planned))
+
+
+def train(method: "Method") -> nn.Module:
+    """Build and train a method's model: its parent (the dense base model, or nothing), its conversion,
+    then every declared stage through the cached, resumable trainer.  Returns the model in eval mode."""
+    run, task = method.run, method.task
+    the_plan = plan(method)
+    base = run.base_model(task) if the_plan.starts_from == "base" else None
+    torch.manual_seed(run.seed)
+    model = method.convert(base)
+    method.training_plan = the_plan
+    for planned in the_plan.stages:
+        stage = planned.stage
+        batch_fn = _batches(task, planned, the_plan.batch_size)
+        if stage.prepare is not None:
+            stage.prepare(model, PrepareContext(run.is_cached(method.name, stage.name, planned.key),
+                                                lambda: batch_fn(0).to(run.device)))
+        if not planned.stage.skip:
+            run.fit_stage(model, planned, owner=method.name, batch_fn=batch_fn, seed=run.seed)
+        if stage.finish is not None:
+            stage.finish(model)
+    return model.eval()
+
+
+def _batches(task: "Task", planned: PlannedStage, batch_size: int) -> Callable[[int], Batch]:
+    offset = planned.offset
+    return lambda step: task.train_batch(offset + step, batch_size)
