@@ -152,6 +152,13 @@ class Method:
         self.run = run
         self.training_plan = None  # set by the core (bench.protocol.Plan) when the model is trained
 
+    def capabilities(self) -> tuple[str, ...]:
+        """What the task provides (its registry spec's capabilities for this config: backbone family, output
+        kind, readable input elements); methods branch on these, never on task names."""
+        from bench import registry
+
+        return tuple(registry.task_spec(self.run.task_name).backbones(self.task.cfg))
+
     def starts_from(self) -> str:
         """"base": converts the task's trained dense base model and trains on the method budget, continuing
         the data after the base model's steps; "scratch": builds its own model and trains it like the

@@ -36,7 +36,6 @@ from bench.api import Batch
 
 if TYPE_CHECKING:
     from bench.api import Method, Task
-    from bench.run import RunContext
 
 StartsFrom = Literal["base", "scratch"]
 

@@ -26,7 +26,11 @@ KnobKind = Literal["eval", "train", "static"]
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """A task: data, backbone, metric.  ``backbones(cfg)`` lists the backbone families it builds."""
+    """A task: data, backbone, metric.  ``backbones(cfg)`` lists the task's capabilities: the backbone
+    families it builds ("encoder", "encoder-decoder", "rnn"), what its outputs are ("pooled-outputs": one
+    prediction per input; "token-outputs": one per token, e.g. CTC or a decoder) and what its inputs offer
+    ("image-patches", "sequence-bits": elements a method such as AdaTape can read).  Methods ask for
+    capabilities, never for task names."""
 
     name: str
     config: type
@@ -39,6 +43,8 @@ class TaskSpec:
     # and the task variants those tests cover (each a tuple of extra overrides).
     test_overrides: tuple[str, ...] = ()
     test_variants: tuple[tuple[str, ...], ...] = ((),)
+    # Overrides of evaluation-only keys (tests check that changing them retrains nothing).
+    eval_examples: tuple[str, ...] = ()
     # Extra figures drawn by `bench report`: "module:function" taking (rows, results_dir, reports_dir, stem)
     # (one dataset's latest rows as a DataFrame, two Paths, the file-name stem of that dataset) and
     # returning the paths it wrote, all named after the stem (e.g. f"{stem}_difficulty.png").
@@ -62,6 +68,9 @@ class MethodSpec:
     support: Callable[[TaskSpec, Any], str | None] = field(default=lambda task, cfg: None)
     # Overrides that make the method's training tiny for the registry-parametrized tests.
     test_overrides: tuple[str, ...] = ()
+    # Overrides of evaluation-only keys (eval-time knob values and the like): tests check that changing
+    # them retrains nothing.
+    eval_examples: tuple[str, ...] = ()
 
 
 def requires_backbone(kind: str | tuple[str, ...], reason: str) -> Callable[[TaskSpec, Any], str | None]:

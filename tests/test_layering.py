@@ -88,3 +88,50 @@ def test_rnn_cell_is_shared_model_code():
 
     assert act_model.RNNCell is RNNCell
     assert isinstance(StaticRNN(4, 3, steps=2).cell, RNNCell)
+
+
+TASK_NAMES = ("imagenet", "commonvoice", "iwslt", "wmt", "parity")
+# Task config keys every task has and the core itself uses (the base model's budget): a method may read
+# these; any other task key is the task's private business.
+CORE_TASK_KEYS = {"train_steps", "batch_size", "lr"}
+
+
+def task_coupling(path: Path) -> list[str]:
+    """String constants naming a task (docstrings aside) and reads of a task's private config keys."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and node.body
+                  and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            if node.value in TASK_NAMES:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} names the task {node.value!r}")
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
+                and node.value.attr == "cfg" and isinstance(node.value.value, ast.Attribute) \
+                and node.value.value.attr == "task" and node.attr not in CORE_TASK_KEYS:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} reads the task key {node.attr!r}")
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "task_cfg" \
+                and node.attr not in CORE_TASK_KEYS:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} reads the task key {node.attr!r}")
+    return found
+
+
+def test_task_coupling_sees_names_and_private_keys(tmp_path):
+    probe = ROOT / "methods" / "_probe_layering.py"
+    probe.write_text('"""Mentions imagenet in a docstring: fine."""\n'
+                     'def f(self, task_cfg):\n    if self.task.name == "parity":\n        return self.task.cfg.n\n'
+                     '    return task_cfg.hidden, self.task.cfg.lr\n')
+    try:
+        found = task_coupling(probe)
+    finally:
+        probe.unlink()
+    assert [f.split(" ", 1)[1] for f in found] == ["names the task 'parity'", "reads the task key 'n'",
+                                                   "reads the task key 'hidden'"]
+
+
+def test_methods_ask_for_capabilities_not_task_names():
+    """No method's model or training code mentions a task's name or reads a task's private key (they ask
+    for capabilities).  The stand-alone figure scripts (``figures.py``) still default to a task: they are
+    to become figure functions that ``bench report`` draws from rows, and are not checked until then."""
+    assert [f for path in files("methods") if path.name != "figures.py" for f in task_coupling(path)] == []

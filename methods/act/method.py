@@ -21,19 +21,15 @@ class ACT(Method):
     name = "act"
 
     def _make_model(self) -> nn.Module:
-        task_cfg, cfg = self.task.cfg, self.cfg
+        cfg = self.cfg
         common = dict(epsilon=float(cfg.epsilon), max_steps=int(cfg.max_steps),
                       halt_bias_init=float(cfg.halt_bias_init))
-        if "rnn" in self._backbones():
-            return act_model.ACTRNN(task_cfg.n, task_cfg.hidden, **common)
+        if "rnn" in self.capabilities():  # the task's recurrent cell's sizes, read from its dense backbone
+            rnn = self.task.build_backbone()
+            return act_model.ACTRNN(int(self.task.example_input(1).shape[-1]), int(rnn.cell.hidden), **common)
         # The task's own embedding and head around one shared block (Universal Transformer + ACT).
         backbone = self.task.build_backbone()
         return act_model.ACTEncoder(self.task.encoder_config(), backbone.embed, backbone.head, **common)
-
-    def _backbones(self) -> tuple[str, ...]:
-        from bench import registry
-
-        return registry.task_spec(self.task.name).backbones(self.task.cfg)
 
     def starts_from(self) -> str:
         return "scratch"  # Graves 2016: ACT models are trained from scratch

@@ -35,7 +35,7 @@ class AdaTapeConfig:
 def _support(task, task_cfg):
     """AdaTape needs a bank its tape can read: the sequence's input bits, or the image's patches."""
     capabilities = set(task.backbones(task_cfg))
-    if "encoder" in capabilities and capabilities & {"tape:sequence-bits", "tape:image-patches"}:
+    if "encoder" in capabilities and capabilities & {"sequence-bits", "image-patches"}:
         return None
     return ("AdaTape appends tape tokens read from a bank of sequence elements or image patches; this task "
             "provides neither (parity: use parity.variant=sequence)")
@@ -51,4 +51,5 @@ SPEC = register_method(MethodSpec(
     knob_kind="train",
     support=_support,
     test_overrides=("adatape.max_tape=4", "adatape.tau=2.0", "adatape.eval_caps=[2]", "adatape.bank_size=16"),
+    eval_examples=("adatape.eval_caps=[1]",),
 ))

@@ -9,8 +9,8 @@ Training: task loss + λ·mean(l_atr) (λ = ``adatape.atr_weight``), on the mask
   bank and the shared LayerNorm are new) and trains on the core's method budget with the task's
   optimiser policy, like the other methods, continuing the data after the base model's steps.  (The paper
   trains from scratch.)
-Which of the two applies comes from the task's capabilities (``tape:sequence-bits`` or
-``tape:image-patches``), never from its name.
+Which of the two applies comes from the task's capabilities (``sequence-bits`` or
+``image-patches``), never from its name.
 
 Knob: (T, τ) at training time, one run per point (knob value ``T<T>-tau<τ>``).  ``adatape.eval_caps``
 adds points evaluated on the same model with T capped (``…-cap<c>``), a harness extension named in the
@@ -68,12 +68,7 @@ class AdaTape(Method):
         return input_bank
 
     def _from_scratch(self) -> bool:
-        return "tape:sequence-bits" in self._capabilities()
-
-    def _capabilities(self) -> tuple[str, ...]:
-        from bench import registry
-
-        return registry.task_spec(self.run.task_name).backbones(self.task.cfg)
+        return "sequence-bits" in self.capabilities()
 
     def starts_from(self) -> str:
         return "scratch" if self._from_scratch() else "base"

@@ -67,8 +67,7 @@ class AViT(Method):
         c = self.cfg
         model = M.AViTEncoder(copy.deepcopy(base), float(c.gate_scale), float(c.gate_center), float(c.epsilon))
         model.to(self.run.device)
-        with torch.no_grad():  # a head on every token (e.g. CTC) although the encoder's pool would reduce them
-            model.per_token = base.eval()(self.task.example_input(1).to(self.run.device)).dim() == 3
+        model.per_token = "token-outputs" in self.capabilities()  # a head on every token (e.g. CTC)
         n_layers = len(base.blocks)
         self._prior = M.gaussian_prior(n_layers, self.target_depth(n_layers), device=self.run.device)
         self._skip_cls = base.cfg.pool == "cls"

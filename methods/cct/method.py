@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bench import registry
+
 from bench.api import Batch, Method
 from bench.errors import UserError
 from bench.protocol import Stage, StepContext, base_policy
@@ -82,8 +82,7 @@ class CCT(Method):
 
     # --- knob ---------------------------------------------------------------------------------------
     def _seq2seq(self) -> bool:
-        spec = registry.task_spec(self.run.task_name)
-        return "encoder-decoder" in spec.backbones(self.task.cfg)
+        return "encoder-decoder" in self.capabilities()
 
     def knob_values(self) -> list[Any]:
         if not self._seq2seq():

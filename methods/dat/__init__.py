@@ -42,4 +42,5 @@ SPEC = register_method(MethodSpec(
     support=requires_backbone("encoder-decoder", "DAT adapts the depth of a decoder; this task has no "
                                                  "encoder-decoder backbone"),
     test_overrides=("dat.thresholds=[0.5]", "dat.fixed_exits=[1]"),
+    eval_examples=("dat.thresholds=[0.7]", "dat.fixed_exits=[2]",),
 ))

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from bench.api import Batch, Method
+from bench.errors import UserError
 from bench.protocol import Stage, StepContext, short_stage_policy
 from methods.dat import model as M
 
@@ -85,7 +86,12 @@ class DAT(Method):
 
     # --- model and stages -----------------------------------------------------------------------
     def convert(self, base: nn.Module | None) -> nn.Module:
-        return M.DATModel(base, str(self.cfg.halting))
+        model = M.DATModel(base, str(self.cfg.halting))
+        bad = [int(k) for k in self.cfg.fixed_exits if not 1 <= int(k) <= model.n_blocks]
+        if bad:
+            raise UserError(f"dat.fixed_exits={list(self.cfg.fixed_exits)}: the decoder has {model.n_blocks} "
+                            f"blocks (exits 1..{model.n_blocks}); bad: {bad}")
+        return model
 
     def stages(self) -> list[Stage]:
         """aligned (``aligned_fraction`` of the method budget; all of it for confidence halting), then exit."""
@@ -113,16 +119,12 @@ class DAT(Method):
                                                                                       mem_mask, batch)
 
     # --- knob -----------------------------------------------------------------------------------
-    def _n_blocks(self) -> int:
-        return int(getattr(self.task.cfg, "dec_layers", 6))
-
     def knob_values(self) -> list[Any]:
         if self.cfg.halting in ("geometric", "confidence"):
             values: list[Any] = [float(t) for t in self.cfg.thresholds]
         else:
             values = ["argmax"]
-        n = self._n_blocks()
-        values += [f"exit{int(k)}" for k in self.cfg.fixed_exits if int(k) <= n]
+        values += [f"exit{int(k)}" for k in self.cfg.fixed_exits]  # checked against the decoder in convert
         return values
 
     def set_knob(self, model: nn.Module, value: Any) -> None:

@@ -48,4 +48,5 @@ SPEC = register_method(MethodSpec(
     support=requires_backbone("encoder", "early exit puts classifier heads between the blocks of an encoder-only "
                                          "transformer; this task builds none (an RNN, or an encoder-decoder: DAT)"),
     test_overrides=("early_exit.thresholds=[0.0,0.5,1.0]",),
+    eval_examples=("early_exit.thresholds=[0.3]",),
 ))

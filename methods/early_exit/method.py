@@ -67,7 +67,7 @@ class EarlyExit(Method):
         torch.manual_seed(self.run.seed)
         model = M.EarlyExitEncoder(copy.deepcopy(base), blocks, classes, hidden,
                                    cascade=self.cfg.head == "cascading").to(self.run.device)
-        model.per_token = dense_out.dim() == 3
+        model.per_token = "token-outputs" in self.capabilities()  # a head on every token (e.g. CTC)
         model.use_ensemble = False
         return model
 

@@ -40,4 +40,5 @@ SPEC = register_method(MethodSpec(
                               "MoEfication splits the MLPs of the shared transformer; this task builds none"),
     test_overrides=("moefication.experts=4", "moefication.k_values=[1,2]", 
                     "moefication.kmeans_iters=10"),
+    eval_examples=("moefication.k_values=[2]",),
 ))

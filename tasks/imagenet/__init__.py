@@ -61,9 +61,10 @@ SPEC = register_task(TaskSpec(
                 "HuggingFace datasets (source=hf); metric top-1",
     metric="top1",
     higher_is_better=True,
-    backbones=lambda cfg: ("encoder", "pooled-outputs", "tape:image-patches"),
+    backbones=lambda cfg: ("encoder", "pooled-outputs", "image-patches"),
     test_overrides=("imagenet.d_model=16", "imagenet.layers=2", "imagenet.heads=2",
                     "imagenet.mlp=32", "imagenet.train_steps=3", "imagenet.method_steps=10",
                     "imagenet.batch_size=16", "imagenet.warmup=0", "imagenet.eval_batch=128",
                     "imagenet.eval_samples=256"),
+    eval_examples=("imagenet.eval_samples=128", "imagenet.eval_batch=64"),
 ))

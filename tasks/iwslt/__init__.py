@@ -71,7 +71,7 @@ class WMTConfig(TranslationConfig):
 
 
 def _backbones(cfg) -> tuple[str, ...]:
-    return ("encoder-decoder",)
+    return ("encoder-decoder", "token-outputs")
 
 
 _TEST = ("vocab=120", "max_tokens=16", "d_model=16", "enc_layers=1", "dec_layers=2", "heads=2", "mlp=32",
@@ -88,6 +88,7 @@ SPEC = register_task(TaskSpec(
     higher_is_better=True,
     backbones=_backbones,
     test_overrides=tuple(f"iwslt.{o}" for o in _TEST),
+    eval_examples=("iwslt.beam=1", "iwslt.eval_samples=6"),
     figures="tasks.iwslt.figures:translation_figures",
 ))
 

@@ -31,7 +31,7 @@ class ParityConfig:
 
 def _backbones(cfg) -> tuple[str, ...]:
     return ("rnn", "pooled-outputs") if cfg.variant == "vector" else ("encoder", "pooled-outputs",
-                                                                        "tape:sequence-bits")
+                                                                        "sequence-bits")
 
 
 SPEC = register_task(TaskSpec(
@@ -44,6 +44,7 @@ SPEC = register_task(TaskSpec(
     backbones=_backbones,
     test_overrides=("parity.n=8", "parity.hidden=16", "parity.d_model=16", "parity.heads=2", "parity.layers=1",
                     "parity.train_steps=15", "parity.test_samples=96", "parity.eval_batch=48"),
+    eval_examples=("parity.test_samples=64", "parity.eval_batch=16"),
     test_variants=((), ("parity.variant=sequence",)),
     figures="tasks.parity.figures:difficulty_figure",
     default_dataset="parity-vector n=32 (synthetic, Graves vector, test 8192)",
