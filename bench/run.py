@@ -60,6 +60,18 @@ def code_version(*objects: Any) -> str:
     return digest.hexdigest()[:12]
 
 
+def skeleton_version() -> str:
+    """Hash of the shared model skeleton: every module under ``bench/models`` (a change there changes the
+    dense base model's key, and through the chained keys every stage trained on top of it)."""
+    import bench.models as skeleton_package
+
+    models_dir = Path(inspect.getsourcefile(skeleton_package)).parent
+    digest = hashlib.sha256()
+    for path in sorted(models_dir.glob("*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 class RunContext:
     def __init__(self, cfg: Any, method: str, task: str, command: str = ""):
         self.cfg = cfg
@@ -118,14 +130,10 @@ class RunContext:
     def base_key(self, task: Task, width: float = 1.0, depth: float = 1.0) -> dict[str, Any]:
         """What determines the task's dense base model at a size: the task's training config, the seed, and
         the code of the task, the skeleton (every module under bench/models) and the trainer."""
-        import bench.models as skeleton_package
         import bench.protocol as protocol
 
-        models_dir = Path(inspect.getsourcefile(skeleton_package)).parent
-        skeleton_files = sorted(p for p in models_dir.glob("*.py"))
-        digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in skeleton_files)).hexdigest()[:12]
         return {"task": self.task_name, "cfg": task.base_config(), "width": width, "depth": depth,
-                "seed": self.seed, "skeleton": digest, "code": code_version(type(task), train, protocol)}
+                "seed": self.seed, "skeleton": skeleton_version(), "code": code_version(type(task), train, protocol)}
 
     def base_model(self, task: Task, width: float = 1.0, depth: float = 1.0) -> nn.Module:
         """The task's dense model at a given size, trained once with the task's budget and cached: one

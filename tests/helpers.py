@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from bench import config, registry, runner
@@ -28,8 +29,9 @@ def build_tiny(method: str, task: str, tmp: Path, *extra: str):
     return task_impl, method_impl, model
 
 
+@functools.lru_cache(maxsize=1)
 def matrix_cases() -> list[tuple[str, str, tuple[str, ...]]]:
-    """Every registered (method, task, task variant) the method supports."""
+    """Every registered (method, task, task variant) the method supports (composed once per process)."""
     cases = []
     for m in registry.methods().values():
         for t in registry.tasks().values():

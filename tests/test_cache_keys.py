@@ -43,3 +43,80 @@ def test_base_model_key_ignores_evaluation_and_method_budget(tmp_path):
     first = base_stage()
     assert base_stage("parity.test_samples=64", "parity.eval_batch=16") == first  # cached, not retrained
     assert base_stage("parity.train_steps=7") != first  # a training key is a different model
+
+
+# --- chained keys of every registered method (bench/protocol.py) ----------------------------------------
+
+def _first_case(method: str) -> tuple[str, tuple[str, ...]]:
+    from tests.helpers import matrix_cases
+
+    cheap_first = {"parity": 0, "imagenet": 1, "iwslt": 2}  # tasks whose objects build fastest first
+    cases = sorted(((t, v) for m, t, v in matrix_cases() if m == method), key=lambda c: cheap_first.get(c[0], 9))
+    return cases[0]
+
+
+def _keys(method: str, tmp_path, *extra: str) -> list:
+    """The parent artifact's key and every stage's key (nothing is built or trained)."""
+    from bench import protocol, runner
+    from tests.helpers import compose_tiny
+
+    task, variant = _first_case(method)
+    cfg = compose_tiny(method, task, tmp_path, *variant, *extra)
+    _, _, impl = runner.build(cfg, method, task)
+    plan = protocol.plan(impl)
+    return [plan.parent_key] + [p.key for p in plan.stages if p.steps]
+
+
+def _methods() -> list[str]:
+    from bench import registry
+
+    return list(registry.methods())
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("method", _methods())
+def test_evaluation_only_keys_retrain_nothing(method, tmp_path):
+    from bench import registry
+    from tests.helpers import compose_tiny
+
+    task, variant = _first_case(method)
+    examples = registry.method_spec(method).eval_examples + registry.task_spec(task).eval_examples
+    assert examples, f"{method} on {task}: no evaluation-only example to check"
+    before = _keys(method, tmp_path)
+    default = compose_tiny(method, task, tmp_path, *variant)
+    for override in examples:
+        changed = compose_tiny(method, task, tmp_path, *variant, override)
+        assert changed != default, f"{override} changes nothing in the config: not a test"
+        assert _keys(method, tmp_path, override) == before, f"{override} changed a cache key of {method}"
+
+
+@pytest.mark.parametrize("method", _methods())
+def test_a_skeleton_change_retrains_every_stage_downstream(method, tmp_path, monkeypatch):
+    import bench.run
+
+    before = _keys(method, tmp_path)
+    monkeypatch.setattr(bench.run, "skeleton_version", lambda: "edited-skeleton")
+    after = _keys(method, tmp_path)
+    assert len(after) == len(before)
+    assert all(a != b for a, b in zip(before, after)), f"{method}: a stage kept its key after a skeleton edit"
+
+
+@pytest.mark.parametrize("task", ["imagenet", "iwslt", "parity"])
+def test_methods_that_start_from_the_base_share_its_artifact(task, tmp_path):
+    from bench import protocol, registry, runner
+    from tests.helpers import compose_tiny, matrix_cases
+
+    paths = {}
+    for method, t, variant in matrix_cases():
+        if t != task:
+            continue
+        cfg = compose_tiny(method, task, tmp_path, *variant)
+        run, task_impl, impl = runner.build(cfg, method, task)
+        plan = protocol.plan(impl)
+        if plan.starts_from == "base":
+            assert plan.parent_key == run.base_key(task_impl)
+            paths.setdefault(variant, set()).add(run.stage_path("dense", "w1.0-d1.0", plan.parent_key))
+    assert paths and all(len(p) == 1 for p in paths.values()), paths
+    assert registry.task_spec(task)
