@@ -27,7 +27,8 @@ verbs:
   kernels [--help]
         ACM kernel latency benchmark (latency vs executed fraction against linear scaling)
 
-Bad input (any verb) prints one line starting with "bench: error:" and exits with code 2.
+Bad input (any verb) prints one line starting with "bench: error:" and exits with code 2; Ctrl-C prints
+one line (the step reached and the checkpoint saved) and exits with 130; the same command resumes.
 
 examples:
   python -m bench run method=act task=parity act.tau=0.001
