@@ -56,13 +56,13 @@ def interrupted(err: KeyboardInterrupt) -> int:
     A stage interrupted during training raises ``bench.checkpoints.Interrupted`` after saving its partial
     checkpoint; read by attribute so that this module does not import torch.
     """
-    checkpoint = getattr(err, "checkpoint", None)
+    stage, step, steps, checkpoint = (getattr(err, k, None) for k in ("stage", "step", "steps", "checkpoint"))
     if checkpoint is not None:
-        where = (f"at step {err.step} of {err.steps} of stage {err.stage}; its progress is saved in "  # type: ignore[attr-defined]
-                 f"{checkpoint}; run the same command to resume from that step")
+        where = (f"at step {step} of {steps} of stage {stage}; its progress is saved in {checkpoint}; "
+                 "run the same command to resume from that step")
     else:
-        where = "(not while training a stage); no row was half-written and finished stages stay cached; " \
-                "run the same command to continue"
+        where = ("outside training; no row was half-written and finished stages stay cached; "
+                 "run the same command to continue")
     print(f"bench: error: interrupted (Ctrl-C) {where}", file=sys.stderr)
     return 130
 

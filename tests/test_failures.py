@@ -290,7 +290,7 @@ def test_ctrl_c_outside_training_one_line_exit_130_no_row(tmp_path):
     result = _bench(tmp_path, script=script, env={"SIGINT_WHERE": "eval", "SIGINT_AT": "0"})
     assert result.returncode == 130, result.stderr
     line = _one_error_line(result.stderr)
-    assert line.startswith("bench: error: interrupted (Ctrl-C) (not while training a stage); no row"), line
+    assert line.startswith("bench: error: interrupted (Ctrl-C) outside training; no row"), line
     assert not (tmp_path / "results").exists()
     cached = _files(tmp_path / "cache")  # the finished stage only: no lock, no temporary file
     assert len(cached) == 1 and cached[0].startswith("parity/dense/") and cached[0].endswith(".pt"), cached
