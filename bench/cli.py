@@ -27,7 +27,8 @@ verbs:
   kernels [--help]
         ACM kernel latency benchmark (latency vs executed fraction against linear scaling)
 
-Bad input (any verb) prints one line starting with "bench: error:" and exits with code 2.
+Bad input (any verb) prints one line starting with "bench: error:" and exits with code 2; Ctrl-C prints
+one line (the step reached and the checkpoint saved) and exits with 130; the same command resumes.
 
 examples:
   python -m bench run method=act task=parity act.tau=0.001
@@ -47,6 +48,23 @@ HYDRA_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-dir", "-cd
 def fail(message: str) -> int:
     print(f"bench: error: {message}", file=sys.stderr)
     return 2
+
+
+def interrupted(err: KeyboardInterrupt) -> int:
+    """Ctrl-C: one line (the step reached and the checkpoint saved, if it came during training), exit 130.
+
+    A stage interrupted during training raises ``bench.checkpoints.Interrupted`` after saving its partial
+    checkpoint; read by attribute so that this module does not import torch.
+    """
+    stage, step, steps, checkpoint = (getattr(err, k, None) for k in ("stage", "step", "steps", "checkpoint"))
+    if checkpoint is not None:
+        where = (f"at step {step} of {steps} of stage {stage}; its progress is saved in {checkpoint}; "
+                 "run the same command to resume from that step")
+    else:
+        where = ("outside training; no row was half-written and finished stages stay cached; "
+                 "run the same command to continue")
+    print(f"bench: error: interrupted (Ctrl-C) {where}", file=sys.stderr)
+    return 130
 
 
 def split_overrides(args: list[str]) -> tuple[list[str], list[str]]:
@@ -84,6 +102,8 @@ def _hydra_task(cfg) -> None:
         runner.run(cfg, method, task, command)
     except (UserError, ConfigError) as err:
         sys.exit(fail(str(err)))
+    except KeyboardInterrupt as err:
+        sys.exit(interrupted(err))
 
 
 def _defaults_note(overrides: list[str]) -> None:
@@ -97,20 +117,22 @@ def _defaults_note(overrides: list[str]) -> None:
 
 
 def cmd_run(args: list[str]) -> int:
-    from bench import config, paths
+    from bench import config, devices, paths
 
     if any(a in ("--help", "-h") for a in args):
         print(USAGE)
         return 0
     try:
         flags, overrides = split_overrides(args)
+        config.check_sweeps(overrides, multirun=bool({"-m", "--multirun"} & set(flags)))
         config.load_plugins_from(overrides)
-        outputs: list[tuple[str, str]] = []
+        outputs: list[tuple[str, str, str]] = []
         config.validate(overrides, outputs=outputs)
         if not PRINT_ONLY_FLAGS & set(flags):
-            for results_dir, cache_dir in dict.fromkeys(outputs):  # where rows and checkpoints will go
+            for results_dir, cache_dir, device in dict.fromkeys(outputs):  # before any job starts
                 paths.check_writable("results_dir", results_dir)
                 paths.check_writable("cache_dir", cache_dir)
+                devices.check_available(device)
     except (ConfigError, registry.RegistryError, UserError) as err:
         return fail(str(err))
     if not PRINT_ONLY_FLAGS & set(flags):
@@ -246,12 +268,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     verb, rest = argv[0], argv[1:]
     if verb not in VERBS:
-        import difflib
+        from bench.errors import near_matches
 
-        near = difflib.get_close_matches(verb, list(VERBS), n=1)
+        near = near_matches(verb, VERBS, n=1)
         hint = f"; did you mean '{near[0]}'?" if near else ""
         return fail(f"unknown verb '{verb}'{hint} valid: {', '.join(VERBS)}")
     try:
         return VERBS[verb](rest)
     except registry.RegistryError as err:
         return fail(str(err))
+    except KeyboardInterrupt as err:
+        return interrupted(err)

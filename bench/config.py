@@ -14,12 +14,12 @@ get config groups exactly like built-ins.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import itertools
 import re
 from typing import Any, Sequence
 
-from bench import registry
+from bench import devices, registry
+from bench.errors import near_matches
 from bench.params import check_ranges, param
 
 CONFIG_MODULE = "bench.conf"
@@ -32,7 +32,7 @@ class RunConfig:
     """Run-level keys shared by every method and task."""
 
     seed: int = param(0, min=0, help="random seed (data order, init, knob sampling)")
-    device: str = param("cpu", choices=["cpu", "cuda"], help="where to train, evaluate and time")
+    device: str = param("cpu", help=f"where to train, evaluate and time: {devices.VALID}")
     threads: int = param(1, min=1, help="torch CPU threads for training, evaluation and timing (rows "
                                              "timed at different thread counts are never compared)")
     results_dir: str = param("results", help="root of the tidy result rows")
@@ -125,7 +125,7 @@ def _unknown_section(key: str, known_keys: list[str]) -> str:
     elif section in registry.tasks():
         why = f"'{section}' is a task that this run does not select (add task={section})"
     else:
-        near = difflib.get_close_matches(section, sections, n=2, cutoff=0.5)
+        near = near_matches(section, sections, n=2, cutoff=0.5)
         why = f"'{section}' is not a config section" + (f"; did you mean {', '.join(near)}?" if near else "")
     return (f"unknown config key '{key}': {why}; sections here: {', '.join(sections)}; "
             f"run-level keys: {', '.join(top)}")
@@ -139,7 +139,7 @@ def _explain(err: BaseException, known_keys: list[str]) -> str:
     m = re.search(r"Could not override '([^']+)'", text)
     if m:
         key = m.group(1).lstrip("+~")
-        near = difflib.get_close_matches(key, known_keys, n=3, cutoff=0.5)
+        near = near_matches(key, known_keys, n=3, cutoff=0.5)
         section = key.rsplit(".", 1)[0] + "." if "." in key else ""
         siblings = [k for k in known_keys if k.startswith(section) and k.count(".") == key.count(".")]
         hint = f"; did you mean {', '.join(near)}?" if near else ""
@@ -196,17 +196,30 @@ def check_config(cfg: Any, method: str, task: str) -> None:
         problem = check_ranges(prefix, schema, values)
         if problem:
             raise ConfigError(problem)
+    problem = devices.spelling_problem(run_values.get("device", "cpu"))
+    if problem:
+        raise ConfigError(problem)
     method_spec, task_spec = registry.method_spec(method), registry.task_spec(task)
     reason = registry.support_reason(method_spec, task_spec, cfg[task])
     if reason:
         raise ConfigError(f"method '{method}' does not apply to task '{task}': {reason}")
 
 
+def check_sweeps(overrides: Sequence[str], multirun: bool) -> None:
+    """A sweep (comma list, ``range()``, ``glob()``) needs ``-m``; without it, say so in one line."""
+    if multirun:
+        return
+    sweeps = [o.input_line for o in _parse(overrides) if o.is_sweep_override()]
+    if sweeps:
+        raise ConfigError(f"{sweeps[0]} is a sweep (one job per value) but the command has no -m; add -m "
+                          f"(python -m bench run -m ...), or write a list value as key=[a,b]")
+
+
 def validate(overrides: Sequence[str], outputs: list | None = None) -> int:
     """Validate a (multi)run command line: every sweep combination composes and passes the checks.
 
     Returns the number of jobs.  Sweeps with many combinations validate each swept value once.
-    ``outputs``, if given, receives (results_dir, cache_dir) of every composed combination.
+    ``outputs``, if given, receives (results_dir, cache_dir, device) of every composed combination.
     """
     parsed = _parse(overrides)
     methods = _group_choice(parsed, "method", DEFAULT_METHOD)
@@ -225,7 +238,7 @@ def validate(overrides: Sequence[str], outputs: list | None = None) -> int:
         cfg = compose(fixed + list(combo))
         check_config(cfg, *selected(cfg))
         if outputs is not None:
-            outputs.append((str(cfg.results_dir), str(cfg.cache_dir)))
+            outputs.append((str(cfg.results_dir), str(cfg.cache_dir), str(cfg.device)))
     total = 1
     for s in sweeps:
         total *= len(s)

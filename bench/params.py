@@ -29,7 +29,11 @@ def _check_value(key: str, value: Any, meta: Mapping[str, Any]) -> str | None:
         return None
     choices = meta.get("choices")
     if choices and value not in choices:
-        return f"{key}={value!r} is not allowed; choose one of {', '.join(map(str, choices))}"
+        from bench.errors import near_matches
+
+        near = near_matches(value, map(str, choices), n=1) if isinstance(value, str) else []
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        return f"{key}={value!r} is not allowed; choose one of {', '.join(map(str, choices))}{hint}"
     lo, hi = meta.get("min"), meta.get("max")
     if lo is not None and value is not None and value < lo:
         return f"{key}={value} is out of range; expected >= {lo}"

@@ -39,6 +39,10 @@ def check_writable(key: str, path: str | os.PathLike) -> None:
 
 
 def check_run_outputs(cfg) -> None:
-    """The run-level output directories of a composed config (results_dir, cache_dir) are writable."""
+    """What a composed config needs before any work: writable output directories (results_dir,
+    cache_dir) and a device that this machine has (:func:`bench.devices.check_available`)."""
+    from bench import devices
+
     for key in ("results_dir", "cache_dir"):
         check_writable(key, str(cfg[key]))
+    devices.check_available(str(cfg.device))

@@ -49,7 +49,7 @@ def device_name(device: str) -> str:
     if device.startswith("cuda"):
         import torch
 
-        return torch.cuda.get_device_name(0)
+        return torch.cuda.get_device_name(torch.device(device))  # cuda:N names device N
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

@@ -13,13 +13,14 @@ Plugins outside this repository register the same way, from a module named on th
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 import pkgutil
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Callable, Literal
+
+from bench.errors import near_matches
 
 KnobKind = Literal["eval", "train", "static"]
 
@@ -143,7 +144,7 @@ def _lookup(kind: str, name: str, table: dict) -> Any:
     load_builtin()
     if name in table:
         return table[name]
-    near = difflib.get_close_matches(name, list(table), n=3)
+    near = near_matches(name, table, n=3)
     hint = f"; did you mean {', '.join(near)}?" if near else ""
     raise RegistryError(f"unknown {kind} '{name}'{hint} valid: {', '.join(sorted(table))}")
 

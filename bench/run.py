@@ -5,7 +5,12 @@ configuration that determines them and the source code that produced them (a cod
 
 Concurrent jobs (a joblib or SLURM sweep) share the cache safely: a stage is trained under an exclusive
 file lock ``<name>-<key>.pt.lock`` beside its checkpoint, so when two jobs need the same stage one trains
-it and the other waits, then loads the finished checkpoint (a stage is never trained twice).
+it and the other waits, then loads the finished checkpoint (a stage is never trained twice).  The lock is
+the ``filelock`` package's native lock (``flock``): the kernel drops it when its process ends, however it
+ends, so a lock file left by a killed process never blocks a later run (that run takes it at once).  The
+holder removes the lock file before it releases the lock, when the stage finishes, fails or is
+interrupted; filelock's acquire loop expects this (a waiter that locked a file no longer linked at the
+path starts over), so removing it keeps mutual exclusion.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import hashlib
 import inspect
 import json
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -154,18 +160,28 @@ class RunContext:
 @contextlib.contextmanager
 def stage_lock(ckpt: Path) -> Iterator[None]:
     """Hold the exclusive lock of one cached stage (blocks while another process trains it)."""
-    from filelock import FileLock, Timeout
+    from filelock import FileLock, Timeout, UnixFileLock
 
     ckpt.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(f"{ckpt}.lock")
+    path = f"{ckpt}.lock"
+    lock = FileLock(path)
     try:
         lock.acquire(timeout=0)
     except Timeout:
         log.info("%s is being trained by another job; waiting for it", ckpt.name)
         lock.acquire()
+    held = None  # the file this process locked (filelock checked that the path still names it)
+    with contextlib.suppress(OSError):
+        held = os.stat(path)
     try:
         yield
     finally:
+        # Native Unix locks leave their file on release (Windows and soft locks remove their own): remove
+        # it while still holding the lock, and only if the path still names the file this process locked.
+        if held is not None and isinstance(lock, UnixFileLock):
+            with contextlib.suppress(OSError):
+                if os.path.samestat(os.lstat(path), held):
+                    os.unlink(path)
         lock.release()
 
 

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from bench.api import Batch
+from bench.checkpoints import Interrupted, atomic_save, load_final, load_partial, read
 
 
 @dataclass
@@ -31,19 +32,12 @@ class FitResult:
     resumed_from: int
 
 
-def atomic_save(obj, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 def _partial(path: Path) -> Path:
     return path.with_name(path.name.replace(".pt", "") + ".partial.pt")
 
 
 def is_done(ckpt: Path) -> bool:
-    return Path(ckpt).exists()
+    return read(Path(ckpt), ("model",)) is not None  # an unusable checkpoint is moved aside: not done
 
 
 def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[nn.Module, Batch], Tensor],
@@ -59,9 +53,8 @@ def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[n
     ``stop_after`` (tests): raise KeyboardInterrupt after that many steps of this call, as Ctrl-C would.
     """
     ckpt = Path(ckpt)
-    if ckpt.exists():
-        state = torch.load(ckpt, map_location=device, weights_only=False)
-        model.load_state_dict(state["model"])
+    state = load_final(ckpt, model, device)
+    if state is not None:
         return FitResult(state["steps"], state["time_s"], state["final_loss"], state["steps"])
     params = [p for p in (params if params is not None else model.parameters()) if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay) if weight_decay else \
@@ -76,11 +69,8 @@ def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[n
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     start, elapsed, loss_ema = 0, 0.0, float("nan")
     partial = _partial(ckpt)
-    if partial.exists():
-        state = torch.load(partial, map_location=device, weights_only=False)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
+    state = load_partial(partial, model, optimizer, scheduler, device)
+    if state is not None:
         start, elapsed, loss_ema = state["step"], state["time_s"], state["loss_ema"]
 
     def save_partial(step: int) -> None:
@@ -121,7 +111,7 @@ def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[n
     except KeyboardInterrupt:
         save_partial(step)
         progress.close()
-        raise
+        raise Interrupted(desc, step, steps, partial) from None
     progress.close()
     model.eval()
     atomic_save({"model": model.state_dict(), "steps": steps, "time_s": elapsed, "final_loss": loss_ema}, ckpt)

@@ -41,6 +41,14 @@ def bench(*args: str, cwd: Path = ROOT, env_extra: dict | None = None) -> subpro
     (["kernels", "--refit", "missing.csv"], "kernels: --refit missing.csv: no such rows file"),
     (["kernels", "--results-dir", "/proc/nope"], "--results-dir=/proc/nope: cannot write there"),
     (["report", "--bogus"], "report: unrecognized arguments: --bogus"),
+    (["run", "method=act", "act.tau=1e-3,1e-2"], "act.tau=1e-3,1e-2 is a sweep (one job per value) but the "
+                                                 "command has no -m; add -m"),
+    (["run", "method=ACT", "task=parity"], "unknown method 'ACT'; did you mean act? valid: "),
+    (["run", "method=act", "task=Parity"], "unknown task 'Parity'; did you mean parity? valid: "),
+    (["run", "parity.variant=Vector"], "choose one of vector, sequence (did you mean vector?)"),
+    (["run", "device=gpu"], "device='gpu' is not a valid device; use cpu, cuda (the current CUDA device) or "
+                            "cuda:N (CUDA device N, counted from 0)"),
+    (["run", "device=cuda:99"], "device=cuda:99: "),
 ])
 def test_bad_input_one_line_exit_2_nothing_written(args, needle, tmp_path):
     result = bench(*args, f"results_dir={tmp_path / 'results'}", cwd=tmp_path) if args[0] == "run" \

@@ -77,7 +77,8 @@ def test_two_processes_never_train_the_same_stage_twice(tmp_path):
     steps = (tmp_path / "steps.log").read_text().split()
     assert len(steps) == 15 and len(set(steps)) == 1, f"the stage was trained more than once: {steps}"
     assert outs[0][0] == outs[1][0], "the waiting process must load the trained weights"
-    assert list((tmp_path / "cache" / "toy" / "dense").glob("shared-*.pt.lock"))
+    assert list((tmp_path / "cache" / "toy" / "dense").glob("shared-*.pt"))
+    assert not list((tmp_path / "cache" / "toy" / "dense").glob("shared-*.pt.lock"))  # removed by its holder
 
 
 def _sweep(tmp_path: Path, *launcher: str) -> subprocess.CompletedProcess:
