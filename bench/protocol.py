@@ -147,15 +147,17 @@ def step_seed(seed: int, stage: str, step: int) -> int:
 
 def allocate(stages: list[Stage], budget: int) -> list[int]:
     """Steps of each stage: ``round(share × budget)`` (shares normalised over the stages that run), raised to
-    ``min_steps``; the last running stage gets the rest (at least 1), so the steps add up to the budget.
-    Skipped stages get 0."""
+    ``min_steps`` but leaving every later stage at least one step; the last running stage gets the rest, so
+    the steps add up to the budget (whenever it has at least one step per stage).  Skipped stages get 0."""
     running = [i for i, s in enumerate(stages) if not s.skip]
     steps = [0] * len(stages)
     if not running:
         return steps
     total_share = sum(stages[i].share for i in running) or 1.0
-    for i in running[:-1]:
-        steps[i] = max(1, round(budget * stages[i].share / total_share), int(stages[i].min_steps))
+    for n, i in enumerate(running[:-1]):
+        wanted = max(1, round(budget * stages[i].share / total_share), int(stages[i].min_steps))
+        later = len(running) - 1 - n  # every later stage keeps at least one step
+        steps[i] = max(1, min(wanted, budget - sum(steps) - later))
     steps[running[-1]] = max(1, budget - sum(steps))
     return steps
 

@@ -44,7 +44,10 @@ IMPL = textwrap.dedent('''
 
 
     class Constant(Method):
-        def build(self):
+        def starts_from(self):
+            return "scratch"  # nothing to convert, no stage: nothing trains
+
+        def convert(self, base):
             return Always(int(self.cfg.label))
 
         def knob_values(self):
