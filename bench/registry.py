@@ -53,6 +53,9 @@ class TaskSpec:
     # The dataset name (``Task.dataset``) of the task's default config: its report files keep the plain
     # names (``<task>_pareto.png``) whatever other datasets have rows; other datasets get their own names.
     default_dataset: str = ""
+    # Paper claims tested on this task's rows: "module:attr" naming a list of bench.claims.Claim; "" = the
+    # ``CLAIMS`` list of a ``claims`` module beside ``impl``, if there is one (tasks/<name>/claims.py)
+    claims: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,9 @@ class MethodSpec:
     # Overrides of evaluation-only keys (eval-time knob values and the like): tests check that changing
     # them retrains nothing.
     eval_examples: tuple[str, ...] = ()
+    # Paper claims `bench report` evaluates: "module:attr" naming a list of bench.claims.Claim; "" = the
+    # ``CLAIMS`` list of a ``claims`` module beside ``impl``, if there is one (methods/<name>/claims.py)
+    claims: str = ""
 
 
 def requires_backbone(kind: str | tuple[str, ...], reason: str) -> Callable[[TaskSpec, Any], str | None]:

@@ -174,22 +174,94 @@ def macs_unit(macs: float) -> tuple[str, float]:
 # ---------------------------------------------------------------------------------------------
 # Data preparation
 # ---------------------------------------------------------------------------------------------
-ROW_KEY = ["task", "dataset", "method", "variant", "knob_name", "knob_value", "seed"]
-CURVE_KEY = ["method", "variant", "knob_name"]
+# A point's identity (issue 22): its config hash without run-level keys that cannot change a result (see
+# bench.results.NON_RESULT_KEYS), its training budget, and the code that made it.  Rows with the same
+# identity are duplicates (the latest is kept); rows of the same config and budget made by other code are a
+# re-run of the point, and the latest run supersedes the earlier ones.  Rows that differ in config or budget
+# are different points, never collapsed: where a method has several for one knob value and seed, the config
+# keys that differ become part of its curve label (``setting``).
+POINT_KEY = ["task", "dataset", "method", "variant", "knob_name", "knob_value", "seed", "identity", "train_budget"]
+ROW_KEY = POINT_KEY + ["code"]
+CURVE_KEY = ["method", "variant", "setting", "knob_name"]
+
+
+def _flat(config: dict, prefix: str = "") -> dict[str, str]:
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = str(value)
+    return out
+
+
+def _identities(frame):
+    """Identity hash and flattened config of every row (from ``<row_id>.config.yaml`` beside the row when
+    the frame came from :func:`bench.results.load`; else the stored config hash and no config)."""
+    import yaml
+
+    identity, configs = [], []
+    for r in frame.to_dict("records"):
+        row_file = r.get("row_file")
+        path = Path(row_file) if isinstance(row_file, str) and row_file.endswith(".csv") else None
+        config_file = path.with_name(path.name[:-len(".csv")] + ".config.yaml") if path else None
+        if config_file is not None and config_file.exists():
+            config = yaml.load(config_file.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+            identity.append(results.identity_hash(config, str(r["method"]), str(r["task"])))
+            configs.append(_flat({k: v for k, v in config.items() if k not in results.NON_RESULT_KEYS}))
+        else:
+            identity.append(str(r["config_hash"]))
+            configs.append({})
+    return identity, configs
+
+
+def _settings(frame, configs: list[dict[str, str]]) -> list[str]:
+    """Per row: the config keys (``key=value``) that tell apart rows of one method with the same variant,
+    knob value and seed but another identity (e.g. CCT's ``cct.pairs=diagonal`` vs ``decoder``); "" for
+    methods without such rows."""
+    keys_per_method: dict[tuple, set[str]] = {}
+    group_cols = ["task", "dataset", "method", "variant", "knob_name", "knob_value", "seed"]
+    for _, group in frame.groupby(group_cols, sort=False):
+        if group["identity"].nunique() < 2:
+            continue
+        rows = [configs[i] for i in group["_pos"]]
+        differing = {k for k in set().union(*rows) if len({c.get(k) for c in rows}) > 1}
+        keys_per_method.setdefault(tuple(group.iloc[0][["task", "dataset", "method"]]), set()).update(differing)
+    out = []
+    for r in frame.to_dict("records"):
+        config = configs[r["_pos"]]
+        keys = sorted(keys_per_method.get((r["task"], r["dataset"], r["method"]), ()))
+        out.append(";".join(f"{k.split('.', 1)[-1]}={config.get(k, '')}" for k in keys))
+    return out
 
 
 def latest_rows(frame):
-    """One row per (task, dataset, method, variant, knob name, knob value, seed): the latest timestamp."""
+    """One row per point: duplicates (same identity, budget and code) and earlier runs of the same point
+    (other code) are dropped, the latest timestamp kept.  ``frame.attrs["dedup"]`` counts what was dropped."""
     import pandas as pd
 
-    frame = frame.copy()
-    for column in ("variant", "knob_name", "git_sha", "config_hash", "uncounted_ops"):
+    frame = frame.copy().reset_index(drop=True)
+    for column in ("variant", "knob_name", "git_sha", "config_hash", "uncounted_ops", "train_budget"):
+        if column not in frame:
+            frame[column] = ""
         frame[column] = frame[column].map(lambda v: "" if pd.isna(v) else str(v))
     frame["knob_value"] = frame["knob_value"].astype(str)
+    identity, configs = _identities(frame)
+    frame["identity"], frame["_pos"] = identity, range(len(frame))
+    code = frame["code_version"] if "code_version" in frame else pd.Series("", index=frame.index)
+    frame["code"] = [c if isinstance(c, str) and c else f"git:{g}" for c, g in zip(code, frame["git_sha"])]
     frame["_when"] = pd.to_datetime(frame["timestamp"], utc=True, errors="coerce", format="ISO8601")
     frame = frame.sort_values("_when", kind="stable", na_position="first")
-    frame = frame.drop_duplicates(ROW_KEY, keep="last").drop(columns="_when")
-    return frame.reset_index(drop=True)
+    n_read = len(frame)
+    unique = frame.drop_duplicates(ROW_KEY, keep="last")
+    latest = unique.drop_duplicates(POINT_KEY, keep="last")
+    latest = latest.assign(setting=_settings(latest, configs))
+    files = latest["row_file"] if "row_file" in latest else pd.Series("", index=latest.index)
+    latest["row_key"] = [f if isinstance(f, str) and f else f"{t}/{m}/{r}"
+                         for f, t, m, r in zip(files, latest["task"], latest["method"], latest["run_id"])]
+    out = latest.drop(columns=["_when", "_pos"]).reset_index(drop=True)
+    out.attrs["dedup"] = {"read": n_read, "duplicates": n_read - len(unique), "superseded": len(unique) - len(latest)}
+    return out
 
 
 def knob_label(value: str) -> str:
@@ -212,6 +284,7 @@ class TaskView:
     points: object  # one line per (curve, knob value): seed means, min/max, counts (DataFrame)
     dense: dict | None  # the dense base point: cost, quality, latency_ms, knob_value
     common: tuple[float, float] | None  # common cost range of swept curves, fraction of dense cost
+    unc: object = None  # bench.stats.Uncertainty of the rows, once attach_uncertainty ran
 
     @property
     def slug(self) -> str:
@@ -229,13 +302,16 @@ def _curve_labels(rows) -> list[str]:
     """"method", plus " [variant]" if the method appears with several variants on this task (only the
     parts that differ), plus " (knob)" if it appears with several knobs.  Full variants stay in the rows
     table."""
+    if "setting" not in rows:
+        rows = rows.assign(setting="")
     knobs_per_method = rows.groupby("method")["knob_name"].nunique()
     short = {m: _distinct_parts([str(v) for v in group.unique()])
              for m, group in rows.fillna({"variant": ""}).groupby("method")["variant"]}
     labels = []
-    for method, variant, knob in rows[CURVE_KEY].itertuples(index=False):
+    for method, variant, setting, knob in rows[CURVE_KEY].itertuples(index=False):
         variant = "" if variant != variant else str(variant)  # NaN -> ""
         label = method + (f" [{short[method][variant]}]" if variant and len(short[method]) > 1 else "")
+        label += f" [{setting}]" if setting == setting and setting else ""
         labels.append(label + (f" ({knob})" if knobs_per_method[method] > 1 else ""))
     return labels
 
@@ -244,6 +320,9 @@ def _aggregate(rows, macs_dense: float):
     for column in ("latency_b1_ratio", "throughput_ratio"):  # absent from rows of schema version 1
         if column not in rows:
             rows = rows.assign(**{column: math.nan})
+    for column in ("setting", "variant", "row_key"):
+        if column not in rows:
+            rows = rows.assign(**{column: ""})
     grouped = rows.groupby(["curve", "method", "knob_value"], sort=False)
     points = grouped.agg(
         knob_kind=("knob_kind", "first"), knob_name=("knob_name", "first"),
@@ -251,6 +330,8 @@ def _aggregate(rows, macs_dense: float):
         q_min=("quality", "min"), q_max=("quality", "max"), n_seeds=("seed", "nunique"),
         latency_ms=("latency_b1_ms", "mean"), latency_ratio=("latency_b1_ratio", "mean"),
         throughput_ratio=("throughput_ratio", "mean"),
+        keys=("row_key", tuple), seeds=("seed", tuple), variant=("variant", "first"),
+        setting=("setting", "first"),
     ).reset_index()
     points["frac"] = points["cost"] / macs_dense
     return points.sort_values(["curve", "cost"], kind="stable").reset_index(drop=True)
@@ -283,28 +364,137 @@ def task_views(frame) -> list[TaskView]:
     return views
 
 
+def load_class(rows) -> list[str]:
+    """Per row: "loaded" when the 1-minute load average read before its timing exceeded the CPU count
+    (other processes competed for the cores), "quiet" when it did not, "load unknown" for rows written
+    before the load was recorded (schema < 3)."""
+    load = rows["timing_load_avg"] if "timing_load_avg" in rows else [math.nan] * len(rows)
+    cpus = rows["timing_cpus"] if "timing_cpus" in rows else [0] * len(rows)
+    out = []
+    for value, n in zip(load, cpus):
+        try:
+            value, n = float(value), float(n)
+        except (TypeError, ValueError):
+            value, n = math.nan, math.nan
+        out.append("load unknown" if not (math.isfinite(value) and math.isfinite(n) and n > 0)
+                   else "loaded" if value > n else "quiet")
+    return out
+
+
 def timing_view(view: TaskView) -> tuple[TaskView, str] | None:
     """The rows of ``view`` that were timed against the dense base model in the same process, restricted
-    to one (device, thread count): rows timed under different settings are never drawn together.  The
-    setting with the most timed rows wins (ties: fewer threads).  None if no row has timing ratios."""
+    to one (device, thread count, load class): rows timed under different settings, or on a loaded and a
+    quiet machine, are never drawn together.  The setting with the most timed rows wins (ties: quiet
+    before unknown before loaded, then fewer threads).  The label says what was drawn and what was left
+    out and why.  None if no row has timing ratios."""
     rows = view.rows
     if "latency_b1_ratio" not in rows:
         return None
+    rows = rows.assign(_load=load_class(rows))
     timed = rows[rows["latency_b1_ratio"].gt(0)]
     if timed.empty:
         return None
-    counts = timed.groupby(["device", "timing_threads"]).size().reset_index(name="n")
-    best = counts.sort_values(["n", "timing_threads", "device"], ascending=[False, True, True]).iloc[0]
-    keep = timed[(timed["device"] == best["device"]) & (timed["timing_threads"] == best["timing_threads"])]
+    counts = timed.groupby(["device", "timing_threads", "_load"]).size().reset_index(name="n")
+    counts["_rank"] = counts["_load"].map({"quiet": 0, "load unknown": 1, "loaded": 2})
+    best = counts.sort_values(["n", "_rank", "timing_threads", "device"], ascending=[False, True, True, True]).iloc[0]
+    chosen = (timed["device"] == best["device"]) & (timed["timing_threads"] == best["timing_threads"]) & \
+        (timed["_load"] == best["_load"])
+    keep = timed[chosen].drop(columns="_load")
     points = _aggregate(keep, view.macs_dense)
     dense = None
     if view.dense is not None:
         match = points[(points["method"] == "dense") & (points["knob_value"] == str(view.dense["knob_value"]))]
         if len(match):
             dense = {**view.dense, "latency_ratio": float(match["latency_ratio"].iloc[0])}
-    label = f"{best['device']}, {int(best['timing_threads'])} thread(s); {len(keep)} of {len(rows)} rows"
-    return TaskView(view.task, view.dataset, view.metric, view.higher_is_better, view.macs_dense, keep,
-                    points, dense, view.common), label
+    left = []
+    untimed = rows[~rows["latency_b1_ratio"].gt(0)]
+    if len(untimed):
+        left.append(f"{len(untimed)} without same-process ratios ({', '.join(sorted(set(untimed['curve'])))})")
+    other = timed[~chosen]
+    for (device, threads, load), group in other.groupby(["device", "timing_threads", "_load"]):
+        left.append(f"{len(group)} timed on {device}, {int(threads)} thread(s), {load} "
+                    f"({', '.join(sorted(set(group['curve'])))})")
+    label = (f"{best['device']}, {int(best['timing_threads'])} thread(s), {best['_load']}; "
+             f"{len(keep)} of {len(rows)} rows drawn")
+    label += "; left out: " + "; ".join(left) if left else ""
+    timed_view = TaskView(view.task, view.dataset, view.metric, view.higher_is_better, view.macs_dense, keep,
+                          points, dense, view.common, view.unc)
+    if view.unc is not None:
+        cis = [view.unc.ci(keys) for keys in points["keys"]]
+        points["ci_lo"], points["ci_hi"] = [c[0] for c in cis], [c[1] for c in cis]
+    return timed_view, label
+
+
+# ---------------------------------------------------------------------------------------------
+# Uncertainty of points, hull qualities and front membership (bootstrap draws from bench.stats)
+# ---------------------------------------------------------------------------------------------
+def attach_uncertainty(view: TaskView, results_dir) -> TaskView:
+    """Bootstrap the view's rows (bench.stats.rows_uncertainty) and add to its points the 95% CI of each
+    seed mean (``ci_lo``/``ci_hi``) and the share of resamples in which the point is on the task's
+    Pareto front (``front_share``)."""
+    from bench import stats
+
+    view.unc = stats.rows_uncertainty(view.rows, results_dir)
+    _add_point_intervals(view)
+    return view
+
+
+def _add_point_intervals(view: TaskView) -> None:
+    points = view.points
+    cis = [view.unc.ci(keys) for keys in points["keys"]]
+    points["ci_lo"], points["ci_hi"] = [c[0] for c in cis], [c[1] for c in cis]
+    points["front_share"] = front_share(view)
+
+
+def point_draws(view: TaskView, keys) -> np.ndarray | None:
+    return None if view.unc is None else view.unc.mean_draws(keys)
+
+
+def front_share(view: TaskView) -> np.ndarray:
+    """Per point: the share of bootstrap resamples in which it is on the task's Pareto front (costs fixed at
+    their measured means, qualities resampled jointly); NaN for points without draws."""
+    points = view.points
+    draws = [point_draws(view, keys) for keys in points["keys"]]
+    have = np.array([d is not None for d in draws])
+    out = np.full(len(points), np.nan)
+    if have.sum() == 0:
+        return out
+    cost = points["frac"].to_numpy(dtype=float)[have]
+    g = _goodness(np.stack([d for d in draws if d is not None]), view.higher_is_better)  # [P, B]
+    c_le = cost[:, None] <= cost[None, :]  # [j, i]: c_j <= c_i
+    c_lt = cost[:, None] < cost[None, :]
+    gj, gi = g[:, None, :], g[None, :, :]
+    dominated = ((c_le[:, :, None] & (gj >= gi)) & (c_lt[:, :, None] | (gj > gi))).any(axis=0)  # [i, B]
+    out[have] = 1.0 - dominated.mean(axis=1)
+    return out
+
+
+def hull_draws(cost, quality_draws: np.ndarray, budget: float, higher_is_better: bool = True) -> np.ndarray:
+    """:func:`quality_at_budget` for every bootstrap resample at once: ``quality_draws`` is [points, B] with
+    ``cost`` fixed; returns [B] (NaN where the budget lies outside the points' cost range)."""
+    c = np.asarray(cost, dtype=float)
+    order = np.argsort(c, kind="stable")
+    c, g = c[order], _goodness(np.asarray(quality_draws, dtype=float)[order], higher_is_better)
+    B = g.shape[1]
+    if c.size == 0 or not _in_range(budget, c[0], c[-1]):
+        return np.full(B, np.nan)
+    # equal costs: keep the best quality per cost (a duplicate never dominates)
+    uc, first = np.unique(c, return_index=True)
+    g = np.maximum.reduceat(g, first, axis=0)
+    best_before = np.maximum.accumulate(np.vstack([np.full((1, B), -np.inf), g[:-1]]), axis=0)
+    front = g > best_before  # [P, B]: strictly better than every cheaper point
+    x = float(np.clip(budget, uc[0], uc[-1]))
+    idx = np.arange(uc.size)[:, None]
+    left = np.where(front & (uc[:, None] <= x), idx, -1).max(axis=0)
+    right = np.where(front & (uc[:, None] >= x), idx, uc.size).min(axis=0)
+    cols = np.arange(B)
+    g_left = g[left, cols]
+    flat = right >= uc.size  # beyond the last front point: the hull continues flat
+    r = np.where(flat, left, right)
+    span = uc[r] - uc[left]
+    frac = np.where(span > 0, (x - uc[left]) / np.where(span > 0, span, 1.0), 0.0)
+    value = g_left + frac * (g[r, cols] - g_left)
+    return value if higher_is_better else -value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,8 +522,14 @@ def summarize(view: TaskView, delta: float = DELTA):
             "points": len(pts), "seeds": view.rows.loc[view.rows["curve"] == curve, "seed"].nunique(),
             "pareto": int(on_front[points.index.get_indexer(idx)].sum()),
         }
+        draws = [point_draws(view, keys) for keys in pts["keys"]] if "keys" in pts else []
         for budget in BUDGETS:
             line[f"q@{budget:.0%}"] = quality_at_budget(c, q, budget, hib)
+            line[f"ci@{budget:.0%}"] = (math.nan, math.nan)
+            if draws and all(d is not None for d in draws) and math.isfinite(line[f"q@{budget:.0%}"]):
+                from bench.stats import interval
+
+                line[f"ci@{budget:.0%}"] = interval(hull_draws(c, np.stack(draws), budget, hib))
         line["reach"] = cost_to_reach(c, q, target, hib)
         line["auc"] = normalized_auc(c, q, *view.common, hib) if view.common else math.nan
         line["hv"] = hypervolume(c, q, REFERENCE_COST, ref_q, hib)
@@ -349,6 +545,30 @@ def _num(x, spec: str = ".4f", suffix: str = "") -> str:
     return format(x, spec) + suffix if math.isfinite(x) else NA
 
 
+def _with_ci(value, ci, spec: str = ".4f") -> str:
+    """"0.8612 [0.8550, 0.8671]": a value and its 95% CI (the value alone where there is no CI)."""
+    text = _num(value, spec)
+    lo, hi = ci
+    if text == NA or not (math.isfinite(lo) and math.isfinite(hi)):
+        return text
+    return f"{text} [{lo:{spec}}, {hi:{spec}}]"
+
+
+def points_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
+    """One line per point (curve, knob value): cost, seed mean with its bootstrap 95% CI over test
+    examples, the seed range, and the share of resamples in which the point is on the task's front."""
+    header = ["method", "knob", "% dense", f"{view.metric} (seed mean) [95% CI]", "seeds", "seed range",
+              "on the front (share of resamples)"]
+    table = []
+    for r in view.points.to_dict("records"):
+        spread = f"{r['q_min']:.4f} – {r['q_max']:.4f}" if r["n_seeds"] > 1 else NA
+        share = r.get("front_share", math.nan)
+        table.append([r["curve"], f"{r['knob_name']}={knob_label(r['knob_value'])}", _num(100 * r["frac"], ".1f", "%"),
+                      _with_ci(r["quality"], (r.get("ci_lo", math.nan), r.get("ci_hi", math.nan))),
+                      str(r["n_seeds"]), spread, _num(100 * share, ".0f", "%")])
+    return header, table
+
+
 def summary_table(view: TaskView, delta: float = DELTA) -> tuple[list[str], list[list[str]]]:
     summary = summarize(view, delta)
     header = ["method", "knob", "kind", "#points", "#seeds", "Pareto-optimal"]
@@ -358,49 +578,87 @@ def summary_table(view: TaskView, delta: float = DELTA) -> tuple[list[str], list
     for s in summary.to_dict("records"):
         flag = f"yes ({s['pareto']}/{s['points']})" if s["pareto"] else "no"
         table.append([s["method"], s["knob"], s["kind"], str(s["points"]), str(s["seeds"]), flag]
-                     + [_num(s[f"q@{b:.0%}"]) for b in BUDGETS]
+                     + [_with_ci(s[f"q@{b:.0%}"], s[f"ci@{b:.0%}"]) for b in BUDGETS]
                      + [_num(100 * s["reach"], ".1f", "%"), _num(s["auc"]), _num(s["hv"])])
     return header, table
 
 
 def rows_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
     unit, scale = macs_unit(view.macs_dense)
-    header = ["method", "knob", view.metric, f"mean {unit}", "% dense", f"p10/p50/p90 {unit}",
-              "latency b1 ms", "throughput/s", "latency b1 ×dense", "throughput ×dense", "threads", "params",
-              "seed", "variant", "git sha", "config hash"]
+    header = ["method", "knob", f"{view.metric} [95% CI]", f"mean {unit}", "% dense", f"p10/p50/p90 {unit}",
+              "latency b1 ms", "throughput/s", "latency b1 ×dense", "throughput ×dense", "threads", "timing load",
+              "params", "seed", "variant", "git sha", "config hash"]
     table = []
-    rows = view.rows.assign(_cost=view.rows["macs_mean"]).sort_values(["curve", "_cost", "seed"], kind="stable")
+    rows = view.rows.assign(_cost=view.rows["macs_mean"], _load=load_class(view.rows))
+    rows = rows.sort_values(["curve", "_cost", "seed"], kind="stable")
+    unc = view.unc
     for r in rows.to_dict("records"):
         sha = str(r["git_sha"])[:7] + ("*" if str(r["git_dirty"]) == "True" else "")
+        key = r.get("row_key")
+        ci = (unc.low.get(key, math.nan), unc.high.get(key, math.nan)) if unc is not None else (math.nan, math.nan)
+        load = r["_load"] if r["_load"] != "loaded" else f"LOADED ({float(r['timing_load_avg']):.1f} on {int(r['timing_cpus'])} CPUs)"
         table.append([
-            r["curve"], f"{r['knob_name']}={knob_label(r['knob_value'])}", _num(r["quality"]),
+            r["curve"], f"{r['knob_name']}={knob_label(r['knob_value'])}", _with_ci(r["quality"], ci),
             _num(r["macs_mean"] / scale, ".4g"), _num(100 * r["macs_mean"] / view.macs_dense, ".1f", "%"),
             "/".join(_num(r[k] / scale, ".4g") for k in ("macs_p10", "macs_p50", "macs_p90")),
             _num(r["latency_b1_ms"], ".3g"), _num(r["throughput_per_s"], ".4g"),
             _num(r.get("latency_b1_ratio"), ".3g"), _num(r.get("throughput_ratio"), ".3g"),
-            str(r["timing_threads"]), _num(r["params"], ",.0f"),
+            str(r["timing_threads"]), load, _num(r["params"], ",.0f"),
             str(r["seed"]), str(r["variant"]) if r["variant"] == r["variant"] else "", sha,
             str(r["config_hash"])[:10],
         ])
     return header, table
 
 
+_MD_SPECIAL = str.maketrans({**{c: "\\" + c for c in "\\`*_[]|>"}, "<": "&lt;"})
+
+
+def md_escape(text: str) -> str:
+    """Text as literal Markdown (no emphasis, code, links or table breaks from names such as early_exit)."""
+    return str(text).translate(_MD_SPECIAL)
+
+
 def markdown_table(header: list[str], table: list[list[str]]) -> str:
     def cells(values):
-        return "| " + " | ".join(str(v).replace("|", "\\|") for v in values) + " |"
+        return "| " + " | ".join(md_escape(v) for v in values) + " |"
     return "\n".join([cells(header), "|" + "|".join("---" for _ in header) + "|"] + [cells(r) for r in table])
 
 
-def html_table(header: list[str], table: list[list[str]]) -> str:
-    import pandas as pd
+PAGE_STYLE = """
+body{font-family:system-ui,sans-serif;margin:0 auto;padding:1em 2em;max-width:1400px;line-height:1.4;color:#222}
+nav.toc{border:1px solid #ddd;background:#fafafa;padding:.5em 1em;margin:1em 0}
+nav.toc ul{margin:.2em 0;padding-left:1.2em}
+div.table-wrap{overflow-x:auto;max-width:100%;margin:.5em 0 1em 0}
+table{border-collapse:collapse;font-size:85%}
+td,th{border:1px solid #ccc;padding:2px 6px;white-space:nowrap;text-align:left;vertical-align:top}
+th{background:#f0f0f0}
+img{max-width:100%;height:auto;display:block;margin:.5em 0}
+code{background:#f3f3f3;padding:0 .2em}
+"""
 
-    return pd.DataFrame(table, columns=header).to_html(index=False, border=0, classes="board")
+
+def render_html(markdown_text: str, title: str) -> str:
+    """A Markdown page as standalone HTML (Python-Markdown with its ``tables`` and ``toc`` extensions):
+    a table of contents, every table inside a horizontally scrolling container, images inline."""
+    import markdown
+
+    converter = markdown.Markdown(extensions=["tables", "toc", "sane_lists"],
+                                  extension_configs={"toc": {"toc_depth": "2"}})
+    body = converter.convert(markdown_text)
+    body = body.replace("<table>", '<div class="table-wrap"><table>').replace("</table>", "</table></div>")
+    toc = f'<nav class="toc"><strong>Contents</strong>{converter.toc}</nav>'
+    first_heading_end = body.find("</h1>")
+    body = body[:first_heading_end + 5] + "\n" + toc + body[first_heading_end + 5:] if first_heading_end >= 0 \
+        else toc + body
+    return (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head><body>\n{body}\n</body></html>\n")
 
 
 def _section_notes(view: TaskView, delta: float) -> list[str]:
     unit, scale = macs_unit(view.macs_dense)
     arrow = "↑" if view.higher_is_better else "↓"
-    notes = [f"Dataset: **{view.dataset}**. Metric: {view.metric} {arrow}. "
+    notes = [f"Dataset: **{md_escape(view.dataset)}**. Metric: {view.metric} {arrow}. "
              f"Dense base cost: {view.macs_dense / scale:.4g} {unit} per sample."]
     if view.dense is None:
         notes.append("No dense base row: cost to reach dense quality is not defined.")
@@ -417,10 +675,16 @@ def _section_notes(view: TaskView, delta: float) -> list[str]:
 
 
 def _header(results_dir: str, n_rows: int, delta: float) -> list[str]:
+    from bench import stats
+
     refs = ", ".join(f"{k}: {v:g}" for k, v in REFERENCE_POINTS.items())
     return [
         "Generated by `python -m bench report` from the result rows under "
-        f"`{results_dir}/` ({n_rows} rows after keeping the latest re-run of each point).",
+        f"`{results_dir}/` ({n_rows} rows after keeping the latest run of each point).",
+        f"Uncertainty: [95% CI] = bootstrap over test examples ({stats.N_RESAMPLES} resamples, percentile, "
+        "paired: every row of a section is resampled with the same examples; `scipy.stats.bootstrap`), of the "
+        "seed mean for points; the seed range is shown beside it. The CI covers the test set only, not the "
+        "choice of seed. Quality at a budget is bootstrapped on the method's hull.",
         "Cost = mean MACs per sample (GMACs = the vision papers' \"GFLOPs\"); % = of the task's dense base model.",
         "Points = seed means per knob value. Quality at 25/50/75/100% of dense cost is interpolated on each "
         "method's upper hull (Pareto points joined linearly, continued flat to its costliest point), never "
@@ -433,31 +697,29 @@ def _header(results_dir: str, n_rows: int, delta: float) -> list[str]:
 
 
 def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[str, list[str]],
-                      results_dir: str, delta: float = DELTA) -> list[str]:
+                      results_dir: str, delta: float = DELTA, claims_summary: list[str] | None = None,
+                      notes: dict[str, list[str]] | None = None) -> list[str]:
     n_rows = sum(len(v.rows) for v in views)
     md = ["# Leaderboard", ""] + [line + "  " for line in _header(results_dir, n_rows, delta)]
-    body = ["<h1>Leaderboard</h1>"] + [f"<p>{html.escape(line)}</p>" for line in _header(results_dir, n_rows, delta)]
+    if claims_summary:
+        md += ["", "## Claims", ""] + claims_summary
     for view in views:
         title = f"{view.task} — {view.dataset}"
-        md += ["", f"## {title}", ""] + [note + "  " for note in _section_notes(view, delta)]
-        body += [f"<h2>{html.escape(title)}</h2>"] + [f"<p>{html.escape(n)}</p>" for n in _section_notes(view, delta)]
+        md += ["", f"## {md_escape(title)}", ""] + [note + "  " for note in _section_notes(view, delta)]
+        md += [line for line in (notes or {}).get(f"{view.task}\0{view.dataset}", [])]
         for name in figures.get(f"{view.task}\0{view.dataset}", []):
             if name.endswith(".png"):
                 md += ["", f"![{name}]({name})"]
-                body.append(f'<img src="{html.escape(name)}" alt="{html.escape(name)}">')
             else:  # a data table beside the figures
                 md += ["", f"Data: [{name}]({name})"]
-                body.append(f'<p>Data: <a href="{html.escape(name)}">{html.escape(name)}</a></p>')
-        for caption, (header, table) in (("Summary", summary_table(view, delta)), ("All rows", rows_table(view))):
-            md += ["", f"### {caption}", "", markdown_table(header, table)]
-            body += [f"<h3>{caption}</h3>", html_table(header, table)]
-    style = "body{font-family:sans-serif;margin:2em} table.board{border-collapse:collapse;font-size:90%} " \
-            "table.board td,table.board th{border:1px solid #ccc;padding:2px 6px} img{max-width:100%}"
-    page = (f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>Leaderboard</title>"
-            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+        for caption, (header, table) in (("Summary", summary_table(view, delta)), ("Points", points_table(view)),
+                                         ("All rows", rows_table(view))):
+            md += ["", f"### {caption}: {md_escape(view.task)}, {md_escape(view.dataset[:40])}", "",
+                   markdown_table(header, table)]
+    text = "\n".join(md) + "\n"
     paths = [reports_dir / "leaderboard.md", reports_dir / "leaderboard.html"]
-    results.atomic_write_text(paths[0], "\n".join(md) + "\n")
-    results.atomic_write_text(paths[1], page)
+    results.atomic_write_text(paths[0], text)
+    results.atomic_write_text(paths[1], render_html(text, "Leaderboard"))
     return [str(p) for p in paths]
 
 
@@ -552,9 +814,10 @@ def view_stems(views: list[TaskView]) -> dict[tuple[str, str], str]:
     return stems
 
 
-def main(results_dir: str = "results", reports_dir: str = "reports") -> list[str]:
-    """Write the per-task figures and reports/leaderboard.{md,html}; return the paths written."""
-    from bench import report_e2e, report_plots
+def main(results_dir: str = "results", reports_dir: str = "reports", echo=print) -> list[str]:
+    """Write the per-task figures, reports/claims.{md,html} and reports/leaderboard.{md,html}; return the
+    paths written.  ``echo`` receives what was read (rows, duplicates, per-sample files, claims)."""
+    from bench import report_claims, report_e2e, report_plots
 
     frame = results.load(results_dir)
     kernel_paths = kernel_report(Path(results_dir), Path(reports_dir))
@@ -564,21 +827,43 @@ def main(results_dir: str = "results", reports_dir: str = "reports") -> list[str
             return kernel_paths
         raise ValueError(f"no result rows under {results_dir}; run `python -m bench run ...` first")
     views = task_views(frame)
+    dedup = latest_rows_counts(frame, views)
+    echo(f"read {dedup['read']} row files under {results_dir}/: {dedup['kept']} points kept, "
+         f"{dedup['duplicates']} duplicate rows of a point and {dedup['superseded']} earlier runs of a point dropped")
     out = Path(reports_dir)
     out.mkdir(parents=True, exist_ok=True)
+    for view in views:
+        attach_uncertainty(view, results_dir)
+        n_ci = sum(1 for k in view.rows["row_key"] if k in view.unc.draws)
+        missing = sorted({note for note in view.unc.notes.values()})
+        echo(f"  {view.task} — {view.dataset[:60]}: {len(view.rows)} rows, {n_ci} with per-sample bootstrap"
+             + (f"; without: {', '.join(missing)}" if missing else ""))
     stems = view_stems(views)
-    written, figures = [], {}
+    written, figures, notes = [], {}, {}
     for view in views:
         stem = stems[(view.task, view.dataset)]
+        key = f"{view.task}\0{view.dataset}"
         paths = [report_plots.plot_task(view, out / f"{stem}_pareto.png", x="cost")]
         timed = timing_view(view)
         if timed is not None:
             paths.append(report_plots.plot_task(timed[0], out / f"{stem}_latency.png", x="latency",
                                                 note=timed[1]))
+            notes[key] = ["", f"Latency figure: {md_escape(timed[1])}."]
         paths += task_figures(view, Path(results_dir), out, stem)
-        figures[f"{view.task}\0{view.dataset}"] = [p.name for p in paths]
+        figures[key] = [p.name for p in paths]
         written += [str(p) for p in paths]
     clash = sorted({p for p in written if written.count(p) > 1})
     if clash:  # a figure function that ignores its stem; the report would show one section's data twice
         raise ValueError(f"report: {', '.join(clash)} written by more than one section; name files after the stem")
-    return kernel_paths + written + write_leaderboard(views, out, figures, results_dir)
+    claim_paths, summary = report_claims.write(views, out, results_dir, echo=echo)
+    board = write_leaderboard(views, out, figures, results_dir, claims_summary=summary, notes=notes)
+    return kernel_paths + written + claim_paths + board
+
+
+def latest_rows_counts(frame, views: list[TaskView]) -> dict[str, int]:
+    counts = dict(latest_rows(frame[["task", "dataset", "method", "variant", "knob_name", "knob_value", "seed",
+                                     "config_hash", "train_budget", "timestamp", "git_sha", "uncounted_ops",
+                                     "run_id"] + [c for c in ("row_file", "code_version") if c in frame]])
+                  .attrs["dedup"])
+    counts["kept"] = sum(len(v.rows) for v in views)
+    return counts

@@ -1,9 +1,13 @@
 """Per-task trade-off figures for ``bench report`` (matplotlib, Agg backend, imported lazily).
 
 One figure per (task, dataset): x = mean MACs per sample (or batch-1 latency), y = the task's metric.
-The dense base model is drawn as dashed cross-hairs, static methods as markers, swept methods as lines
-through their seed-mean points (labelled with knob values), seed spread as min-max error bars, and the
-points on the task's overall Pareto front ringed in black.  A method has the same colour in every figure.
+The dense base model is drawn as dashed cross-hairs, static methods as markers, swept methods as markers
+at their seed-mean points joined by a line along the curve's own frontier only (a method with two budget
+sets, such as CCT's (p, p) and (1, p), never zigzags between them; points off its frontier stay unjoined),
+labelled with knob values placed so that no two labels overlap (a label that finds no free place is left
+out and counted in the figure).  Error bars: the bootstrap 95% CI of the seed mean over test examples
+(bench.stats); small horizontal ticks: the seeds' min and max.  Points on the task's overall Pareto front
+are ringed in black.  A method has the same colour in every figure.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.figures import save_figure  # noqa: F401  (re-exported: figure modules used it from here)
-from bench.report import TaskView, knob_label, macs_unit, pareto_mask
+from bench.report import TaskView, knob_label, macs_unit, pareto_mask, upper_hull
 
 METHOD_COLORS = {
     "dense": "#444444", "acm": "#1f77b4", "moefication": "#ff7f0e", "act": "#2ca02c", "avit": "#d62728",
@@ -56,20 +60,33 @@ def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "") -> Pa
 
     styles = ["-", "--", ":", "-."]  # several curves of one method (variants) keep its colour, not its line
     seen_per_method: dict[str, int] = {}
+    labels = []
     for curve, pts in points.groupby("curve", sort=False):
-        pts = pts.sort_values("x")
+        pts = pts[np.isfinite(pts["x"])].sort_values("x")
+        if pts.empty:
+            continue
         method = str(pts["method"].iloc[0])
         color = method_color(method)
         line = styles[seen_per_method.get(method, 0) % len(styles)]
         seen_per_method[method] = seen_per_method.get(method, 0) + 1
         static = str(pts["knob_kind"].iloc[0]) == "static"
+        lo = pts["ci_lo"] if "ci_lo" in pts else pd_nan(pts)
+        hi = pts["ci_hi"] if "ci_hi" in pts else pd_nan(pts)
+        have = np.isfinite(lo.to_numpy(float)) & np.isfinite(hi.to_numpy(float))
+        yerr = np.vstack([np.where(have, pts["quality"] - lo, 0.0), np.where(have, hi - pts["quality"], 0.0)])
+        ax.errorbar(pts["x"], pts["quality"], yerr=yerr, color=color, marker="s" if static else "o",
+                    markersize=6 if static else 4, linestyle="none", elinewidth=1.2, capsize=3,
+                    label=f"{curve} ({pts['knob_kind'].iloc[0]})")
         spread = pts["n_seeds"] > 1
-        yerr = np.vstack([pts["quality"] - pts["q_min"], pts["q_max"] - pts["quality"]]) * spread.to_numpy()
-        ax.errorbar(pts["x"], pts["quality"], yerr=yerr if spread.any() else None, color=color,
-                    marker="s" if static else "o", markersize=6 if static else 4,
-                    linestyle="none" if static else line, linewidth=1.5, capsize=3, label=f"{curve} ({pts['knob_kind'].iloc[0]})")
-        for px, py, value in zip(pts["x"], pts["quality"], pts["knob_value"]):
-            ax.annotate(knob_label(value), (px, py), xytext=(3, 4), textcoords="offset points", fontsize=7, color=color)
+        if spread.any():
+            ax.scatter(np.tile(pts["x"][spread].to_numpy(), 2),
+                       np.concatenate([pts["q_min"][spread].to_numpy(), pts["q_max"][spread].to_numpy()]),
+                       marker="_", s=60, color=color, linewidths=1.0, alpha=0.8, zorder=2)
+        if not static and len(pts) > 1:
+            hx, hy = upper_hull(pts["x"], pts["quality"], view.higher_is_better)
+            ax.plot(hx, hy, color=color, linestyle=line, linewidth=1.5)
+        labels += [(px, py, knob_label(value), color) for px, py, value in zip(pts["x"], pts["quality"],
+                                                                                pts["knob_value"])]
 
     front = points[pareto_mask(points["x"], points["quality"], view.higher_is_better)]
     ax.scatter(front["x"], front["quality"], s=90, facecolors="none", edgecolors="black", linewidths=0.8,
@@ -81,12 +98,59 @@ def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "") -> Pa
         ax.secondary_xaxis("top", functions=(to_pct, from_pct)).set_xlabel("% of dense cost")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(f"{view.metric} {arrow}")
-    subtitle = "points: seed means; error bars: min–max over seeds" + (f"; timed on {note}" if note else "")
-    ax.set_title(f"{view.task} — {view.dataset}\n({subtitle})", fontsize=10)
+    subtitle = "points: seed means; error bars: 95% bootstrap CI over test examples; ticks: seed min/max"
+    ax.set_title(f"{view.task} — {view.dataset}\n({subtitle})", fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
+    omitted = place_labels(ax, labels)
+    footer = []
+    if note:
+        footer.append(f"timed on {note}")
+    if omitted:
+        footer.append(f"{omitted} point label(s) left out to avoid overlaps (knob values are in the leaderboard)")
+    if footer:
+        import textwrap
+
+        ax.text(0.0, -0.14, "\n".join(textwrap.fill(f, 120) for f in footer), transform=ax.transAxes,
+                fontsize=7, va="top", ha="left", color="#333333")
     try:
         save_figure(fig, path)
     finally:
         plt.close(fig)
     return path
+
+
+def pd_nan(frame):
+    import pandas as pd
+
+    return pd.Series(np.nan, index=frame.index)
+
+
+def place_labels(ax, labels: list[tuple[float, float, str, str]]) -> int:
+    """Annotate points with short texts, each at the first of a ring of offsets where it overlaps no label
+    placed before it and no marker; returns how many labels found no free place (they are left out)."""
+    fig = ax.figure
+    fig.canvas.draw()  # the data-to-pixel transform and text sizes are final only after a draw
+    renderer = fig.canvas.get_renderer()
+    to_px = ax.transData.transform
+    markers = [to_px((x, y)) for x, y, _, _ in labels]
+    taken: list[tuple[float, float, float, float]] = [(mx - 4, my - 4, mx + 4, my + 4) for mx, my in markers]
+    offsets = [(4, 4), (4, -10), (-4, 4), (-4, -10), (8, 12), (8, -18), (-8, 12), (-8, -18), (14, 0), (-14, 0),
+               (4, 20), (4, -26)]
+    omitted = 0
+    for x, y, text, color in labels:
+        placed = False
+        for dx, dy in offsets:
+            ann = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=7, color=color,
+                              ha="left" if dx >= 0 else "right")
+            box = ann.get_window_extent(renderer)
+            rect = (box.x0, box.y0, box.x1, box.y1)
+            inside = ax.get_window_extent(renderer)
+            clear = all(rect[2] <= t[0] or rect[0] >= t[2] or rect[3] <= t[1] or rect[1] >= t[3] for t in taken)
+            if clear and inside.x0 <= rect[0] and rect[2] <= inside.x1 and inside.y0 <= rect[1] and rect[3] <= inside.y1:
+                taken.append(rect)
+                placed = True
+                break
+            ann.remove()
+        omitted += not placed
+    return omitted

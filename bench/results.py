@@ -21,8 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-SCHEMA_VERSION = 2  # 2: same-process dense timing ratios and the cost check
+SCHEMA_VERSION = 3  # 2: same-process dense timing ratios and the cost check; 3: load average, code version
 FILE_MODE = 0o644  # mkstemp creates 0600; result files are meant to be read by everyone
+
+# Run-level keys that cannot change a row's quality, cost or samples: they never enter the config hash
+# (a point's identity).  timing_rounds / timing_min_run_s only make the timing more or less precise;
+# allow_cost_mismatch only labels a row whose numbers are the same either way.  Rows written before a key
+# was listed here keep the hash they were written with (their row id); :func:`identity_hash` recomputes
+# every row's identity from its stored ``<row_id>.config.yaml`` with the current list, so an old row and
+# a new row of the same point have the same identity although their stored hashes differ.
+NON_RESULT_KEYS = frozenset({"results_dir", "cache_dir", "force", "plugins", "timing_min_run_s", "timing_rounds",
+                             "allow_cost_mismatch"})
+# Text columns that pandas would otherwise parse as numbers (a hex hash such as "852181e88326" is a float).
+TEXT_COLUMNS = ("config_hash", "run_id", "git_sha", "knob_value", "variant", "code_version")
 
 
 @dataclass
@@ -81,6 +92,12 @@ class ResultRow:
     timestamp: str
     schema_version: int = SCHEMA_VERSION
     extra_metrics: str = ""  # further corpus-level metrics of the same evaluation, "name=value;..." (e.g. cer)
+    # 1-minute load average and CPU count read just before this row's timing phase (schema 3; NaN before):
+    # the report flags ratios timed with load > CPUs and never mixes them with quiet ones
+    timing_load_avg: float = float("nan")
+    timing_cpus: int = 0
+    # hash of the code that made the row's model (method, task, skeleton, training loop; schema 3; "" before)
+    code_version: str = ""
 
 
 COLUMNS = [f.name for f in dataclasses.fields(ResultRow)]
@@ -143,6 +160,38 @@ def exists(results_dir: Path | str, task: str, method: str, row_id: str) -> bool
     return (row_dir(results_dir, task, method) / f"{row_id}.csv").exists()
 
 
+def stable_hash(obj: Any, length: int = 12) -> str:
+    """SHA-256 of the JSON form of ``obj`` (sorted keys): the hash ``bench.run.stable_hash`` computes, here
+    without torch so that the report can recompute row identities (a test checks that the two agree)."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:length]
+
+
+def identity_hash(config: dict[str, Any], method: str, task: str) -> str:
+    """The config hash of a point: the resolved config without :data:`NON_RESULT_KEYS`, with method and task."""
+    return stable_hash({"method": method, "task": task,
+                        **{k: v for k, v in config.items() if k not in NON_RESULT_KEYS}})
+
+
+def stored_identity(csv_path: Path, method: str, task: str, stored_hash: str) -> str:
+    """The identity hash of a stored row, recomputed from its ``<row_id>.config.yaml`` with today's
+    :data:`NON_RESULT_KEYS` (the stored hash when the row has no config file)."""
+    import yaml
+
+    config = csv_path.with_name(csv_path.name[:-len(".csv")] + ".config.yaml")
+    if not config.exists():
+        return str(stored_hash)
+    return identity_hash(yaml.load(config.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)),
+                         method, task)
+
+
+def same_point_rows(results_dir: Path | str, task: str, method: str, suffix: str) -> list[Path]:
+    """Row files of one method and task whose id ends in ``suffix`` ("-<knob><value>-s<seed>"), any hash."""
+    return sorted(p for p in row_dir(results_dir, task, method).glob(f"*{suffix}.csv") if not p.name.startswith("."))
+
+
 def _row_files(results_dir: Path) -> Iterable[Path]:
     for path in sorted(results_dir.glob("*/*/*.csv")):
         if path.parent.parent.name != "kernels" and not path.name.startswith("."):
@@ -153,9 +202,13 @@ def load(results_dir: Path | str = "results"):
     """All result rows as one DataFrame (empty with the schema's columns if there are none)."""
     import pandas as pd
 
-    frames = [pd.read_csv(p, keep_default_na=False, na_values=[""]) for p in _row_files(Path(results_dir))]
+    files = list(_row_files(Path(results_dir)))
+    frames = [pd.read_csv(p, keep_default_na=False, na_values=[""], dtype={c: str for c in TEXT_COLUMNS})
+              for p in files]
     if not frames:
-        return pd.DataFrame(columns=COLUMNS)
+        return pd.DataFrame(columns=[*COLUMNS, "row_file"])
+    for frame, path in zip(frames, files):
+        frame["row_file"] = str(path)
     frame = pd.concat(frames, ignore_index=True)
     frame["knob_value"] = frame["knob_value"].astype(str)
     frame["uncounted_ops"] = frame["uncounted_ops"].map(lambda v: "" if pd.isna(v) else str(v))

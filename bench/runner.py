@@ -21,18 +21,17 @@ from tqdm import tqdm
 from bench import cost, paths, provenance, registry, results
 from bench.api import Batch, Method, Task
 from bench.errors import UserError
-from bench.run import RunContext, plain, stable_hash
+from bench.run import RunContext, code_version, plain
 from bench.timing import Timing, measure_against_dense
 
 log = logging.getLogger("bench")
 
-# Keys that do not change what a run computes (excluded from the config hash).
-NON_RESULT_KEYS = {"results_dir", "cache_dir", "force", "plugins", "timing_min_run_s"}
+# Keys that do not change what a run computes (excluded from the config hash): see bench/results.py.
+NON_RESULT_KEYS = results.NON_RESULT_KEYS
 
 
 def config_hash(cfg: Any, method: str, task: str) -> str:
-    values = {k: v for k, v in plain(cfg).items() if k not in NON_RESULT_KEYS}
-    return stable_hash({"method": method, "task": task, **values})
+    return results.identity_hash(plain(cfg), method, task)
 
 
 def build(cfg: Any, method_name: str, task_name: str, command: str = "") -> tuple[RunContext, Task, Method]:
@@ -148,8 +147,8 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     spec = registry.method_spec(method_name)
     chash = config_hash(cfg, method_name, task_name)
     pending = [v for v in method.knob_values()
-               if cfg.force or not results.exists(cfg.results_dir, task_name, method_name,
-                                                  _row_id(chash, spec.knob, v, cfg.seed))]
+               if cfg.force or not _point_exists(cfg.results_dir, task_name, method_name, chash, spec.knob, v,
+                                                 cfg.seed)]
     if not pending:
         log.warning("every knob value of this run already has a row (config %s); force=true re-runs", chash)
         return []
@@ -164,13 +163,18 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
                          allow_mismatch=bool(cfg.allow_cost_mismatch))
     # The task's dense base model, timed beside every knob value in the same process.
     dense = run_ctx.base_model(task).to(cfg.device).eval() if cfg.timing else None
+    import bench.models.transformer as skeleton
+    from bench import train
+
+    code = code_version(type(method), type(task), skeleton, train)
     written = []
     for value in pending:
         method.set_knob(model, value)
         quality, samples = evaluate(method, model, task, limit=cfg.eval_limit, device=cfg.device)
         counted, _, uncounted, cost_check = checks[str(value)]
-        timing = None
+        timing, load_avg = None, float("nan")
         if cfg.timing:
+            load_avg = os.getloadavg()[0]  # the machine's load when this value's timing starts
             timing = measure_against_dense(model, dense, lambda b: task.example_input(b).to(cfg.device),
                                            batch=cfg.timing_batch, threads=int(cfg.threads),
                                            min_run_time=float(cfg.timing_min_run_s),
@@ -179,6 +183,12 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
         timing = timing or Timing(*(float("nan"),) * 3, 0)
         summary = cost.percentile_summary(torch.tensor(samples["macs"].to_numpy(copy=True)))
         row_id = _row_id(chash, spec.knob, value, cfg.seed)
+        twin = _identical_row(cfg.results_dir, task_name, method_name, chash, spec.knob, value, cfg.seed,
+                              quality.value, summary, samples)
+        if twin is not None:
+            log.warning("%s=%s: quality, cost and samples are identical to the existing row %s; no new row written",
+                        spec.knob, value, twin)
+            continue
         row = results.ResultRow(
             method=method_name, task=task_name, dataset=task.dataset, knob_name=spec.knob,
             knob_value=str(value), knob_kind=spec.knob_kind, seed=int(cfg.seed), variant=method.variant(),
@@ -193,6 +203,7 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
             timing_threads=int(cfg.threads), dense_latency_b1_ms=timing.dense_latency_b1_ms,
             dense_throughput_per_s=timing.dense_throughput_per_s, latency_b1_ratio=timing.latency_b1_ratio,
             throughput_ratio=timing.throughput_ratio, timing_rounds=timing.rounds,
+            timing_load_avg=load_avg, timing_cpus=os.cpu_count() or 0, code_version=code,
             params=params, train_budget=method.train_budget(), train_time_s=run_ctx.train_time_s,
             run_id=row_id, config_hash=chash, command=command, git_sha=sha,
             git_dirty=dirty, versions=provenance.versions(),
@@ -210,3 +221,42 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
 def _row_id(chash: str, knob: str, value: Any, seed: int) -> str:
     slug = "".join(c if c.isalnum() or c in ".-" else "_" for c in str(value))
     return f"{chash}-{knob}{slug}-s{seed}"
+
+
+# --- row identity (issue 22, item 6) -------------------------------------------------------------------
+def _point_exists(results_dir: Any, task: str, method: str, chash: str, knob: str, value: Any, seed: int) -> bool:
+    """A row of this point exists: its own row id, or an older row of the same knob value and seed whose
+    config (read from its ``config.yaml``, without today's non-result keys) has the same identity hash."""
+    if results.exists(results_dir, task, method, _row_id(chash, knob, value, seed)):
+        return True
+    suffix = _row_id("", knob, value, seed)
+    return any(results.stored_identity(p, method, task, "") == chash
+               for p in results.same_point_rows(results_dir, task, method, suffix))
+
+
+def _identical_row(results_dir: Any, task: str, method: str, chash: str, knob: str, value: Any, seed: int,
+                   quality: float, summary: dict[str, float], samples: Any) -> str | None:
+    """An existing row of this point (same identity hash, knob value and seed) with the same quality, MAC
+    summary and per-sample table (as written: CSV text), or None.  Re-running such a point (force=true, or
+    after a code change that does not change its numbers) adds no second file."""
+    import gzip
+
+    import pandas as pd
+
+    suffix = _row_id("", knob, value, seed)
+    text = None
+    for path in results.same_point_rows(results_dir, task, method, suffix):
+        if results.stored_identity(path, method, task, "") != chash:
+            continue
+        old = pd.read_csv(path).iloc[0]
+        if float(old["quality"]) != float(quality) or any(float(old[k]) != float(v) for k, v in summary.items()):
+            continue
+        sample_file = path.with_name(path.name[:-len(".csv")] + ".samples.csv.gz")
+        if not sample_file.exists():
+            continue
+        if text is None:
+            text = samples.to_csv(index=False)
+        with gzip.open(sample_file, "rt", newline="") as handle:
+            if handle.read() == text:
+                return str(path)
+    return None

@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(dataset-fashion-mnist espeak-ng trans-de-en pocketsphinx-testdata)
+# chromium: the headless browser tests/test_report_html.py renders the HTML leaderboard in
+APT_PACKAGES=(dataset-fashion-mnist espeak-ng trans-de-en pocketsphinx-testdata chromium)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

@@ -154,7 +154,8 @@ def test_report_end_to_end(tmp_path):
     assert acm[9] == "—" and float(acm[8]) == pytest.approx(0.86 + 0.25 / 0.4 * 0.05, abs=1e-4)  # at 75%
     assert dense[5] == "no"
     # the superseded acm row (quality 0.20) is gone; every remaining row is listed once
-    assert "0.2000" not in md and md.count("| act | tau=") == 8
+    all_rows = md.split("### All rows", 1)[1]
+    assert "0.2000" not in md and all_rows.count("| act | tau=") == 8
 
 
 def test_report_without_rows_raises(tmp_path):
@@ -186,7 +187,8 @@ def test_timing_view_never_mixes_thread_counts(tmp_path):
     (view,) = report.task_views(results.load(tmp_path))
     timed, label = report.timing_view(view)
     assert set(timed.rows["timing_threads"]) == {1}
-    assert len(timed.rows) == 3 and "1 thread(s); 3 of 4 rows" in label
+    assert len(timed.rows) == 3 and "1 thread(s), load unknown; 3 of 4 rows drawn" in label
+    assert "left out: 1 timed on cpu, 4 thread(s)" in label  # what the figure drops is said, never silent
     assert 9.0 not in set(timed.points["latency_ratio"])
     assert timed.dense["latency_ratio"] == pytest.approx(1.0)  # (1 + 1.0) / 2.0 from _row
     header, table = report.rows_table(view)

@@ -29,7 +29,7 @@ def test_roundtrip(tmp_path):
     path = results.append(tmp_path, make_row(3), "row3", samples=pd.DataFrame({"macs": [1.0, 2.0]}))
     assert path.exists() and path.with_name("row3.samples.csv.gz").exists()
     frame = results.load(tmp_path)
-    assert list(frame.columns) == results.COLUMNS
+    assert list(frame.columns) == results.COLUMNS + ["row_file"]  # row_file: where each row was read from
     assert frame.loc[0, "knob_value"] == "3" and frame.loc[0, "quality"] == pytest.approx(0.03)
     assert list(results.load_samples(tmp_path, "parity", "dense", "row3")["macs"]) == [1.0, 2.0]
 
@@ -54,4 +54,4 @@ def test_failed_write_leaves_nothing(tmp_path, monkeypatch):
 
 
 def test_load_empty_has_schema(tmp_path):
-    assert list(results.load(tmp_path).columns) == results.COLUMNS
+    assert list(results.load(tmp_path).columns) == results.COLUMNS + ["row_file"]

@@ -31,8 +31,26 @@ def difficulty_table(rows: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
         return pd.DataFrame()
     data = pd.concat(frames, ignore_index=True)
     data["error"] = 1.0 - data["score"]
-    return (data.groupby(["method", "knob_name", "knob_value", "difficulty"], as_index=False)
-            .agg(error=("error", "mean"), ponder_steps=("ponder_steps", "mean"), n=("score", "size")))
+    table = (data.groupby(["method", "knob_name", "knob_value", "difficulty"], as_index=False)
+             .agg(error=("error", "mean"), errors=("error", "sum"), ponder_steps=("ponder_steps", "mean"),
+                  ponder_sd=("ponder_steps", "std"), n=("score", "size")))
+    return _with_intervals(table)
+
+
+def _with_intervals(table: pd.DataFrame) -> pd.DataFrame:
+    """95% CIs per difficulty: the error rate's Wilson interval (``scipy.stats.binomtest``; seeds pooled, so
+    it covers the test examples, not the seeds) and a normal interval of the mean ponder steps."""
+    import numpy as np
+    from scipy.stats import binomtest
+
+    lo, hi = [], []
+    for k, n in zip(table["errors"].round().astype(int), table["n"]):
+        ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=0.95, method="wilson")
+        lo.append(ci.low)
+        hi.append(ci.high)
+    half = 1.96 * table["ponder_sd"].fillna(0.0) / np.sqrt(table["n"])
+    return table.assign(error_lo=lo, error_hi=hi, ponder_lo=table["ponder_steps"] - half,
+                        ponder_hi=table["ponder_steps"] + half).drop(columns=["errors", "ponder_sd"])
 
 
 def equal_cost_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -81,13 +99,19 @@ def difficulty_figure(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, 
         label = f"{method} {knob}={value}"
         style = "-" if curve["ponder_steps"].notna().any() else "--"  # adaptive solid, static dashed
         color = palette(i % 10)
-        ax_err.plot(curve["difficulty"], curve["error"], style, color=color, marker=".", label=label)
+        ax_err.errorbar(curve["difficulty"], curve["error"],
+                        yerr=[curve["error"] - curve["error_lo"], curve["error_hi"] - curve["error"]],
+                        fmt=style, color=color, marker=".", capsize=2, elinewidth=0.8, label=label)
         if curve["ponder_steps"].notna().any():
-            ax_steps.plot(curve["difficulty"], curve["ponder_steps"], style, color=color, marker=".", label=label)
-    ax_err.axhline(0.5, color="grey", lw=0.8, ls=":")
-    ax_err.set(xlabel="difficulty (non-zero entries)", ylabel="error rate ↓ (0.5 = chance)", ylim=(-0.02, 0.6),
-               title="error vs difficulty")
-    ax_steps.set(xlabel="difficulty (non-zero entries)", ylabel="mean ponder steps N", title="ponder time vs difficulty")
+            ax_steps.errorbar(curve["difficulty"], curve["ponder_steps"],
+                              yerr=[curve["ponder_steps"] - curve["ponder_lo"], curve["ponder_hi"] - curve["ponder_steps"]],
+                              fmt=style, color=color, marker=".", capsize=2, elinewidth=0.8, label=label)
+    top = max(0.55, float(table["error_hi"].max()) + 0.03)  # never clip a point or its interval
+    ax_err.axhline(0.5, color="black", lw=1.0, ls=":", label="chance (error 0.5)")
+    ax_err.set(xlabel="difficulty (non-zero entries)", ylabel="error rate ↓", ylim=(-0.02, top),
+               title="error vs difficulty (95% Wilson CI over test examples)")
+    ax_steps.set(xlabel="difficulty (non-zero entries)", ylabel="mean ponder steps N",
+                 title="ponder time vs difficulty (95% CI of the mean)")
     for ax in (ax_err, ax_steps):
         ax.grid(alpha=0.3)
     ax_steps.legend(*ax_err.get_legend_handles_labels(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),

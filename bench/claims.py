@@ -1,0 +1,100 @@
+"""Paper claims as data: what a method's (or task's) package declares, and ``bench report`` evaluates.
+
+A claim names the task (and, optionally, the dataset) whose rows test it, and one or more checks; each
+check compares *points* (seed means per knob value) chosen by :class:`Select`.  The core evaluates the
+checks with bootstrap confidence intervals (``bench/report_claims.py``) into ``reports/claims.md`` with a
+verdict: holds, does not hold, or inconclusive at 95%.  This module only declares; it imports nothing heavy,
+so a method's ``claims.py`` can be imported by ``bench ls`` or a test without torch.
+
+Registration: ``MethodSpec(..., claims="methods.<name>.claims:CLAIMS")`` (or ``TaskSpec``): a list of
+:class:`Claim`.
+
+The check types (all qualities in the metric's own units; "better" follows the metric's direction):
+
+* :class:`Reaches` -- every selected point's quality reaches ``threshold`` (e.g. "solves parity": 0.99);
+  with ``fails=True``: every selected point stays *below* it (e.g. "fails": under 0.6, chance being 0.5).
+* :class:`Beats` -- ``a`` is better than ``b`` by more than ``margin``: at each fraction of dense cost in
+  ``budgets`` (both methods' hulls interpolated there), or, with ``budgets=()``, at each of ``a``'s points
+  (against ``b``'s hull at that point's cost, or against ``b``'s single point when ``b_is_point``).
+  A negative ``margin`` makes it a non-inferiority check ("within 1 point of": margin = -0.01).
+* :class:`Increases` -- within each selected row, per-sample column ``y`` increases with column ``x``
+  (Spearman correlation > 0), e.g. ponder steps with input difficulty.
+
+``quantifier`` ("all" or "any") says whether every budget/point must satisfy a check or at least one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Select:
+    """Points of one method in a report section.
+
+    ``variant_has`` / ``variant_not``: substrings the row's variant must (not) contain; ``variant_is``: the
+    exact variant ("" = rows without one); ``setting_has``: a substring of the curve's setting (config keys
+    that split a method's rows, e.g. "pairs=diagonal"); ``knob``: a regular expression the knob value must
+    match in full ("" = every value).  ``label`` names the selection in the report.
+    """
+
+    method: str
+    label: str = ""
+    variant_has: str = ""
+    variant_not: str = ""
+    variant_is: str | None = None
+    setting_has: str = ""
+    knob: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.label or self.method
+
+
+@dataclass(frozen=True)
+class Reaches:
+    select: Select
+    threshold: float
+    fails: bool = False
+    quantifier: str = "all"
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class Beats:
+    a: Select
+    b: Select
+    budgets: tuple[float, ...] = ()
+    margin: float = 0.0
+    b_is_point: bool = False
+    max_cost: float = float("inf")  # with budgets=(): only a's points at most this fraction of dense cost
+    quantifier: str = "all"
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class Increases:
+    select: Select
+    x: str
+    y: str
+    quantifier: str = "all"
+    title: str = ""
+
+
+Check = Reaches | Beats | Increases
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One paper claim: ``source`` (paper), ``statement`` (as the paper makes it), where it is tested
+    (``task``; ``dataset``: a substring of the dataset, "" = the task's default dataset), and its checks
+    (the claim holds when every check holds).  ``note`` says how the statement was turned into checks."""
+
+    id: str
+    source: str
+    statement: str
+    task: str
+    checks: tuple[Check, ...]
+    dataset: str = ""
+    note: str = ""
+    owner: str = field(default="", compare=False)

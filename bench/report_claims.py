@@ -1,0 +1,445 @@
+"""Evaluate every registered paper claim (``bench.claims``) on the report's sections into
+``reports/claims.md`` (and ``claims.html``), with its numbers, 95% CIs and a verdict.
+
+The rules are :data:`RULES` (printed at the top of claims.md).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from bench import results, stats
+from bench.claims import Beats, Claim, Increases, Reaches, Select
+from bench.report import (NA, TaskView, _goodness, _num, hull_draws, knob_label, markdown_table, md_escape,
+                          quality_at_budget, render_html)
+
+HOLDS, FAILS, UNSURE = "holds", "does not hold", "inconclusive"
+RULES = [
+    "* A comparison is judged on the bootstrap draws (paired over test examples: the same resamples for every "
+    "row of a section). With Δ = how much better A is than B (the metric's direction applied) and the check's "
+    "margin m, the verdict is **holds** when the whole 95% CI of Δ lies above m, **does not hold** when it lies "
+    "below m, and **inconclusive** when it contains m. A threshold check works the same way on a point's quality.",
+    "* **Seeds.** The CI covers the test set, not the training seed. Each comparison is also computed per seed "
+    "(seed s of A against seed s of B); a verdict that a seed contradicts is downgraded to inconclusive "
+    "(\"seeds disagree\"): with two seeds, an ordering the seeds do not agree on is not established.",
+    "* **BLEU.** A point-against-point comparison on BLEU also runs sacreBLEU's own paired bootstrap test "
+    "(`sacrebleu.significance.PairedTest`, 1000 resamples) for every seed pair; with margin 0, a verdict that any "
+    "seed's test does not support at p < 0.05 is downgraded to inconclusive.",
+    "* A budget outside a method's measured cost range is \"not measured\" (inconclusive): hulls are never "
+    "extrapolated.",
+    "* A check over several budgets or points holds when all of them hold (quantifier \"all\"; it does not hold "
+    "when any does not) or when one of them holds (\"any\"; it does not hold when none does); a claim holds when "
+    "every check holds.",
+]
+
+
+@dataclass
+class Item:
+    where: str
+    a: str
+    b: str
+    delta: float
+    lo: float
+    hi: float
+    need: str
+    seeds: str
+    verdict: str
+    reason: str = ""
+    extra: str = ""
+
+
+@dataclass
+class CheckResult:
+    title: str
+    quantifier: str
+    items: list[Item]
+    verdict: str
+    header: tuple[str, str] = ("a", "b")
+
+
+@dataclass
+class ClaimResult:
+    claim: Claim
+    view: TaskView | None
+    checks: list[CheckResult] = field(default_factory=list)
+    verdict: str = UNSURE
+    reason: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Claims from the registry
+# ---------------------------------------------------------------------------------------------
+def claims_path(spec) -> str:
+    """Where a method's or task's claims are: ``spec.claims`` if it names them, else ``CLAIMS`` in the
+    ``claims`` module beside its implementation (``methods/acm/claims.py`` for ``methods.acm.method:ACM``)
+    when that module exists; "" for none."""
+    import importlib.util
+
+    if getattr(spec, "claims", ""):
+        return spec.claims
+    package = spec.impl.partition(":")[0].rpartition(".")[0]
+    try:
+        found = importlib.util.find_spec(f"{package}.claims") if package else None
+    except ModuleNotFoundError:
+        found = None
+    return f"{package}.claims:CLAIMS" if found else ""
+
+
+def registered_claims() -> list[Claim]:
+    """Every claim a registered method or task declares, methods first (by name), each in declaration order."""
+    from dataclasses import replace
+
+    from bench import registry
+
+    out = []
+    for kind, specs in (("method", registry.methods()), ("task", registry.tasks())):
+        for name, spec in specs.items():
+            path = claims_path(spec)
+            if path:
+                out += [replace(c, owner=f"{kind} {name}") for c in registry.load_impl(path)]
+    return out
+
+
+def find_view(claim: Claim, views: list[TaskView]) -> TaskView | None:
+    from bench import registry
+
+    mine = [v for v in views if v.task == claim.task]
+    if claim.dataset:
+        mine = [v for v in mine if claim.dataset in v.dataset]
+    else:
+        try:
+            default = registry.task_spec(claim.task).default_dataset
+        except registry.RegistryError:
+            default = ""
+        mine = [v for v in mine if v.dataset == default] if default else mine[:1]
+    return mine[0] if mine else None
+
+
+def select_points(view: TaskView, sel: Select):
+    p = view.points
+    mask = p["method"] == sel.method
+    variant = p["variant"].fillna("").astype(str)
+    if sel.variant_has:
+        mask &= variant.str.contains(sel.variant_has, regex=False)
+    if sel.variant_not:
+        mask &= ~variant.str.contains(sel.variant_not, regex=False)
+    if sel.variant_is is not None:
+        mask &= variant == sel.variant_is
+    if sel.setting_has:
+        mask &= p["setting"].fillna("").astype(str).str.contains(sel.setting_has, regex=False)
+    if sel.knob:
+        mask &= p["knob_value"].astype(str).map(lambda v: re.fullmatch(sel.knob, v) is not None)
+    return p[mask].sort_values("frac", kind="stable")
+
+
+# ---------------------------------------------------------------------------------------------
+# Verdicts
+# ---------------------------------------------------------------------------------------------
+def verdict(lo: float, hi: float, need: float) -> str:
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return UNSURE
+    return HOLDS if lo > need else FAILS if hi < need else UNSURE
+
+
+def seed_check(result: str, per_seed: dict[int, float], need: float) -> tuple[str, str]:
+    """Downgrade a verdict a seed contradicts (see the module docstring)."""
+    values = [v for v in per_seed.values() if math.isfinite(v)]
+    if result == HOLDS and any(v <= need for v in values):
+        return UNSURE, "seeds disagree"
+    if result == FAILS and any(v >= need for v in values):
+        return UNSURE, "seeds disagree"
+    return result, ""
+
+
+def combine(verdicts: list[str], quantifier: str = "all") -> str:
+    if not verdicts:
+        return UNSURE
+    if quantifier == "any":
+        return HOLDS if HOLDS in verdicts else FAILS if all(v == FAILS for v in verdicts) else UNSURE
+    return FAILS if FAILS in verdicts else HOLDS if all(v == HOLDS for v in verdicts) else UNSURE
+
+
+def _ci_text(value: float, lo: float, hi: float, spec: str = ".4f", sign: bool = False) -> str:
+    fmt = ("+" if sign else "") + spec
+    if not math.isfinite(value):
+        return NA
+    text = format(value, fmt)
+    return text if not (math.isfinite(lo) and math.isfinite(hi)) else f"{text} [{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def _point_text(view: TaskView, point) -> str:
+    lo, hi = view.unc.ci(point["keys"])
+    return (f"{point['curve']} {point['knob_name']}={knob_label(point['knob_value'])} "
+            f"({100 * point['frac']:.1f}%): {_ci_text(point['quality'], lo, hi)}")
+
+
+def _seed_rows(view: TaskView, points) -> dict[int, dict]:
+    """seed -> {point index: (quality of that seed's row, row key)}."""
+    out: dict[int, dict] = {}
+    rows = view.rows.set_index("row_key")
+    for idx, point in points.iterrows():
+        for key, seed in zip(point["keys"], point["seeds"]):
+            out.setdefault(int(seed), {})[idx] = (float(rows.loc[key, "quality"]), key)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks
+# ---------------------------------------------------------------------------------------------
+def _reaches(view: TaskView, check: Reaches) -> CheckResult:
+    pts = select_points(view, check.select)
+    hib = view.higher_is_better
+    items = []
+    for idx, point in pts.iterrows():
+        draws = view.unc.mean_draws(point["keys"])
+        lo, hi = stats.interval(draws) if draws is not None else (math.nan, math.nan)
+        g = float(_goodness(point["quality"], hib))
+        glo, ghi = (lo, hi) if hib else (-hi, -lo)
+        need = float(_goodness(check.threshold, hib))
+        per_seed = {int(s): float(_goodness(float(view.rows.set_index("row_key").loc[k, "quality"]), hib))
+                    for k, s in zip(point["keys"], point["seeds"])}
+        if check.fails:  # "stays below": the mirror image
+            result = verdict(-ghi, -glo, -need)
+            result, reason = seed_check(result, {s: -v for s, v in per_seed.items()}, -need)
+        else:
+            result = verdict(glo, ghi, need)
+            result, reason = seed_check(result, per_seed, need)
+        word = ("worse than" if check.fails else "at least") if hib else ("above" if check.fails else "at most")
+        items.append(Item(
+            where=f"{point['curve']} {point['knob_name']}={knob_label(point['knob_value'])} ({100 * point['frac']:.1f}%)",
+            a=_ci_text(point["quality"], lo, hi), b="", delta=g, lo=glo, hi=ghi,
+            need=f"{word} {check.threshold:g}",
+            seeds=", ".join(f"s{s}: {float(_goodness(v, hib)):.4f}" for s, v in sorted(per_seed.items())),
+            verdict=result, reason=reason))
+    title = check.title or (f"{check.select.name} {'fails' if check.fails else 'reaches'}: "
+                            f"{view.metric} {'below' if check.fails == hib else 'above'} {check.threshold:g}")
+    return CheckResult(title, check.quantifier, items, combine([i.verdict for i in items], check.quantifier))
+
+
+def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
+    a_pts, b_pts = select_points(view, check.a), select_points(view, check.b)
+    hib = view.higher_is_better
+    items: list[Item] = []
+    if a_pts.empty or b_pts.empty:
+        missing = check.a.name if a_pts.empty else check.b.name
+        return CheckResult(check.title or f"{check.a.name} vs {check.b.name}", check.quantifier,
+                           [Item(f"no points of {missing}", "", "", math.nan, math.nan, math.nan, "", "", UNSURE,
+                                 "no rows")], UNSURE)
+    a_draws = [view.unc.mean_draws(k) for k in a_pts["keys"]]
+    b_draws = [view.unc.mean_draws(k) for k in b_pts["keys"]]
+    have = all(d is not None for d in a_draws + b_draws)
+    a_seeds, b_seeds = _seed_rows(view, a_pts), _seed_rows(view, b_pts)
+    b_point = b_pts.iloc[0] if check.b_is_point else None
+    if check.b_is_point and len(b_pts) != 1:
+        raise ValueError(f"claim check {check.title!r}: b_is_point needs exactly one point of {check.b.name}, "
+                         f"found {len(b_pts)}")
+
+    def b_at(x: float, draws_b=None, seed: int | None = None) -> tuple[float, np.ndarray | None]:
+        if check.b_is_point:
+            if seed is not None:
+                q = b_seeds.get(seed, {}).get(b_pts.index[0])
+                return (q[0] if q else math.nan), None
+            return float(b_point["quality"]), (b_draws[0] if have else None)
+        if seed is not None:
+            entries = b_seeds.get(seed, {})
+            sub = b_pts.loc[list(entries)]
+            return quality_at_budget(sub["frac"], [entries[i][0] for i in sub.index], x, hib), None
+        value = quality_at_budget(b_pts["frac"], b_pts["quality"], x, hib)
+        return value, (hull_draws(b_pts["frac"], np.stack(b_draws), x, hib) if have else None)
+
+    def a_at(x: float, seed: int | None = None) -> tuple[float, np.ndarray | None]:
+        if seed is not None:
+            entries = a_seeds.get(seed, {})
+            sub = a_pts.loc[list(entries)]
+            return quality_at_budget(sub["frac"], [entries[i][0] for i in sub.index], x, hib), None
+        value = quality_at_budget(a_pts["frac"], a_pts["quality"], x, hib)
+        return value, (hull_draws(a_pts["frac"], np.stack(a_draws), x, hib) if have else None)
+
+    def item(where, qa, da, qb, db, per_seed, extra="", pvalues=()) -> Item:
+        delta = float(_goodness(qa, hib) - _goodness(qb, hib)) if math.isfinite(qa) and math.isfinite(qb) else math.nan
+        lo = hi = math.nan
+        if da is not None and db is not None:
+            lo, hi = stats.interval(_goodness(da, hib) - _goodness(db, hib))
+        result = verdict(lo, hi, check.margin) if math.isfinite(delta) else UNSURE
+        reason = "" if math.isfinite(delta) else "not measured at this cost"
+        if math.isfinite(delta):
+            result, reason = seed_check(result, per_seed, check.margin)
+        if result != UNSURE and check.margin == 0 and pvalues and any(p >= 0.05 for p in pvalues):
+            result, reason = UNSURE, "sacreBLEU paired test p ≥ 0.05"
+        a_lo, a_hi = stats.interval(da) if da is not None else (math.nan, math.nan)
+        b_lo, b_hi = stats.interval(db) if db is not None else (math.nan, math.nan)
+        need = (f"Δ > {check.margin:+g}" if check.margin else "Δ > 0")
+        return Item(where, _ci_text(qa, a_lo, a_hi), _ci_text(qb, b_lo, b_hi), delta, lo, hi, need,
+                    ", ".join(f"s{s}: {v:+.4f}" for s, v in sorted(per_seed.items()) if math.isfinite(v)),
+                    result, reason, extra)
+
+    if check.budgets:
+        for x in check.budgets:
+            qa, da = a_at(x)
+            qb, db = b_at(x)
+            per_seed = {}
+            for seed in sorted(set(a_seeds) & set(b_seeds)):
+                sa, sb = a_at(x, seed)[0], b_at(x, seed=seed)[0]
+                per_seed[seed] = float(_goodness(sa, hib) - _goodness(sb, hib))
+            items.append(item(f"at {x:.0%} of dense cost", qa, da, qb, db, per_seed))
+    else:
+        for (idx, point), da in zip(a_pts.iterrows(), a_draws):
+            if point["frac"] > check.max_cost:
+                continue
+            qb, db = b_at(float(point["frac"]))
+            per_seed, pvalues, extra = {}, [], []
+            for seed in sorted(set(a_seeds) & set(b_seeds)):
+                entry = a_seeds[seed].get(idx)
+                if entry is None:
+                    continue
+                sb = b_at(float(point["frac"]), seed=seed)[0]
+                per_seed[seed] = float(_goodness(entry[0], hib) - _goodness(sb, hib))
+                if view.metric == "bleu" and check.b_is_point:
+                    b_entry = b_seeds[seed].get(b_pts.index[0])
+                    test = _sacrebleu(view, b_entry[1], entry[1]) if b_entry else None
+                    if test is not None:
+                        pvalues.append(test["p_value"])
+                        extra.append(f"s{seed}: p = {test['p_value']:.3f}")
+            items.append(item(f"{check.a.name} {point['knob_name']}={knob_label(point['knob_value'])} "
+                              f"({100 * point['frac']:.1f}%)", float(point["quality"]), da, qb, db, per_seed,
+                              "; ".join(extra), pvalues))
+    title = check.title or f"{check.a.name} better than {check.b.name}"
+    return CheckResult(title, check.quantifier, items, combine([i.verdict for i in items], check.quantifier),
+                       (check.a.name, check.b.name))
+
+
+def _sacrebleu(view: TaskView, base_key: str, system_key: str) -> dict | None:
+    base, system = view.unc.samples.get(base_key), view.unc.samples.get(system_key)
+    if base is None or system is None or len(base) != len(system):
+        return None
+    texts = lambda frame, col: ["" if v != v else str(v) for v in frame[col]]  # noqa: E731
+    return stats.sacrebleu_paired_test((texts(base, "prediction"), texts(base, "target")),
+                                       (texts(system, "prediction"), texts(system, "target")))
+
+
+def _increases(view: TaskView, check: Increases) -> CheckResult:
+    from scipy.stats import bootstrap, pearsonr, rankdata
+
+    def spearman(x, y, axis=-1):
+        return pearsonr(rankdata(x, axis=axis), rankdata(y, axis=axis), axis=axis).statistic
+
+    items = []
+    for _, point in select_points(view, check.select).iterrows():
+        for key, seed in zip(point["keys"], point["seeds"]):
+            samples = view.unc.samples.get(key)
+            where = f"{point['curve']} {point['knob_name']}={knob_label(point['knob_value'])}, seed {seed}"
+            if samples is None or not {check.x, check.y} <= set(samples.columns):
+                items.append(Item(where, NA, "", math.nan, math.nan, math.nan, "ρ > 0", "", UNSURE,
+                                  f"per-sample file lacks {check.x}/{check.y}"))
+                continue
+            x, y = samples[check.x].to_numpy(float), samples[check.y].to_numpy(float)
+            rho = float(spearman(x, y))
+            res = bootstrap((x, y), spearman, paired=True, vectorized=True, n_resamples=stats.N_RESAMPLES,
+                            batch=50, confidence_level=stats.CONFIDENCE, method="percentile",
+                            random_state=np.random.default_rng(stats.RANDOM_SEED))
+            lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+            items.append(Item(where, f"Spearman ρ({check.y}, {check.x}) = {_ci_text(rho, lo, hi, '.3f')}", "", rho,
+                              lo, hi, "ρ > 0", "", verdict(lo, hi, 0.0)))
+    title = check.title or f"{check.select.name}: {check.y} increases with {check.x}"
+    return CheckResult(title, check.quantifier, items, combine([i.verdict for i in items], check.quantifier))
+
+
+def evaluate(claim: Claim, views: list[TaskView], results_dir) -> ClaimResult:
+    view = find_view(claim, views)
+    out = ClaimResult(claim, view)
+    if view is None or view.unc is None:
+        out.reason = f"no rows of task {claim.task}" + (f" dataset containing {claim.dataset!r}" if claim.dataset else "")
+        return out
+    for check in claim.checks:
+        if isinstance(check, Reaches):
+            out.checks.append(_reaches(view, check))
+        elif isinstance(check, Beats):
+            out.checks.append(_beats(view, check, results_dir))
+        elif isinstance(check, Increases):
+            out.checks.append(_increases(view, check))
+        else:
+            raise TypeError(f"claim {claim.id}: unknown check {type(check).__name__}")
+    out.verdict = combine([c.verdict for c in out.checks])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# claims.md
+# ---------------------------------------------------------------------------------------------
+def _headline(result: ClaimResult) -> str:
+    """The first decisive (or first) item of the claim, as one short text."""
+    for check in result.checks:
+        for it in check.items:
+            if it.verdict == result.verdict:
+                return f"{it.where}: Δ = {_ci_text(it.delta, it.lo, it.hi, '.4f', sign=True)}" if it.b else \
+                    f"{it.where}: {it.a}"
+    return result.reason or NA
+
+
+def summary_lines(claim_results: list[ClaimResult], link: str = "claims.md") -> list[str]:
+    header = ["claim", "source", "tested on", "verdict (95%)", "deciding number [95% CI]"]
+    table = [[r.claim.id, r.claim.source, f"{r.claim.task}" + (f" ({r.view.dataset.split(' (')[0]})" if r.view else ""),
+              r.verdict, _headline(r)] for r in claim_results]
+    return [f"Every registered paper claim, judged on today's rows ([details]({link})):", "",
+            markdown_table(header, table)]
+
+
+def claims_markdown(claim_results: list[ClaimResult], results_dir: str) -> str:
+    md = ["# Paper claims, judged on the rows", "",
+          f"Generated by `python -m bench report` from `{results_dir}/`. Each claim is declared once, next to "
+          "the method (or task) it belongs to (`claims=` in its registration), and evaluated here by the core.",
+          "", "## Summary", ""] + summary_lines(claim_results, "#summary")[2:]
+    md += ["", "## How the verdicts are reached", "",
+           f"Bootstrap: `scipy.stats.bootstrap`, {stats.N_RESAMPLES} resamples of the test examples, percentile "
+           f"intervals, random state {stats.RANDOM_SEED} (re-running gives the same numbers); every row of a "
+           "section is resampled with the same examples, so differences are paired. Points are seed means. "
+           "Δ = how much better A is than B in the metric's direction (for WER, B − A)."]
+    md += [""] + RULES
+    for r in claim_results:
+        c = r.claim
+        md += ["", f"## {md_escape(c.id)}", "",
+               f"**Claim** ({md_escape(c.source)}): {md_escape(c.statement)}  ",
+               f"**Declared by** {md_escape(c.owner)}; **tested on** {md_escape(c.task)}"
+               + (f" — {md_escape(r.view.dataset)}" if r.view is not None else " (no rows)") + "  ",
+               f"**Verdict: {r.verdict}**" + (f" ({md_escape(r.reason)})" if r.reason else "")]
+        if c.note:
+            md += ["", md_escape(c.note)]
+        for i, check in enumerate(r.checks, 1):
+            md += ["", f"### {md_escape(c.id)}, check {i}: {md_escape(check.title)} — {check.verdict}", "",
+                   f"Quantifier: {check.quantifier} of the lines below."]
+            comparison = any(it.b for it in check.items)
+            header = (["where", f"A = {check.header[0]}", f"B = {check.header[1]}", "Δ [95% CI]", "needed",
+                       "per seed Δ", "verdict"] if comparison else ["where", "value [95% CI]", "needed",
+                                                                    "per seed", "verdict"])
+            if any(it.extra for it in check.items):
+                header.insert(-1, "sacreBLEU paired bootstrap")
+            table = []
+            for it in check.items:
+                v = it.verdict + (f" ({it.reason})" if it.reason else "")
+                if comparison:
+                    row = [it.where, it.a, it.b, _ci_text(it.delta, it.lo, it.hi, ".4f", sign=True), it.need,
+                           it.seeds or NA]
+                else:
+                    row = [it.where, it.a, it.need, it.seeds or NA]
+                if "sacreBLEU paired bootstrap" in header:
+                    row.append(it.extra or NA)
+                table.append(row + [v])
+            md += ["", markdown_table(header, table)]
+    return "\n".join(md) + "\n"
+
+
+def write(views: list[TaskView], reports_dir: Path, results_dir, echo=print) -> tuple[list[str], list[str]]:
+    """Evaluate every registered claim; write claims.md/.html; return (paths, leaderboard summary lines)."""
+    claim_results = [evaluate(c, views, results_dir) for c in registered_claims()]
+    for r in claim_results:
+        echo(f"  claim {r.claim.id}: {r.verdict}")
+    text = claims_markdown(claim_results, str(results_dir))
+    paths = [Path(reports_dir) / "claims.md", Path(reports_dir) / "claims.html"]
+    results.atomic_write_text(paths[0], text)
+    results.atomic_write_text(paths[1], render_html(text, "Paper claims"))
+    return [str(p) for p in paths], summary_lines(claim_results) if claim_results else []

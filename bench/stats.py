@@ -1,0 +1,294 @@
+"""Uncertainty for ``bench report``: a bootstrap over test examples for every row, paired across all rows
+that share a test set, from the per-sample files beside the rows.
+
+Choices (and their sources):
+
+* **Resampling is scipy's.**  One ``scipy.stats.bootstrap`` call per (task, dataset, test set) resamples
+  the test examples jointly for *all* its rows (one array ``[rows, statistics, examples]``, resampled
+  along the example axis, so every row sees the same resampled examples: the bootstrap is paired between
+  methods, seeds and knob values).  Its statistic returns every row's metric at once; scipy's percentile
+  interval is each row's 95% CI, and its ``bootstrap_distribution`` is kept, so that every quantity
+  derived from rows (a seed mean, a difference between two methods, quality on a method's hull at a
+  budget, Pareto-front membership) gets its 95% percentile interval over the *same* resamples.
+* ``random_state`` is fixed (:data:`RANDOM_SEED`), so the report is byte-identical when re-run.
+  :data:`N_RESAMPLES` = 2000 with the percentile method: the whole report (about 250 rows, up to 10,000
+  test examples each) stays well under a minute on 2 cores; BCa's jackknife would cost one statistic
+  evaluation per test example and row.
+* **Each metric is recomputed from per-example sufficient statistics, exactly as the row was scored**, and
+  checked against the row's stored value (a row whose recomputation differs gets no CI, and the report
+  says so):
+
+  - accuracy / top-1 (``score`` = 1 if correct): the mean;
+  - WER / CER (jiwer 4, corpus level: total edits / total reference words or characters): per-utterance
+    edit counts and reference lengths, from the stored columns ``word_edits``/``ref_words`` when the row
+    has them, else recomputed with ``jiwer.process_words``/``process_characters`` from the stored
+    (normalised) texts, with jiwer's own handling of empty references replaced as the task scored them
+    (empty reference: the hypothesis' length in edits, 0 words);
+  - BLEU (sacreBLEU 2, default ``BLEU()``: 13a tokenisation, exp smoothing): sacreBLEU's sentence-level
+    sufficient statistics (hypothesis and reference lengths, n-gram matches and totals), from stored
+    ``bleu_stats`` when present, else extracted with ``BLEU._extract_corpus_statistics`` from the stored
+    texts; the corpus score of a resample is ``BLEU._compute_score_from_stats`` of their sum.  For BLEU
+    comparisons the claims also run sacreBLEU's own paired bootstrap test
+    (:func:`sacrebleu_paired_test`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+CONFIDENCE = 0.95
+N_RESAMPLES = 2000
+RANDOM_SEED = 20261117
+MEAN_METRICS = {"accuracy", "top1", "top5"}
+EDIT_METRICS = {"wer": ("word_edits", "ref_words"), "cer": ("char_edits", "ref_chars")}
+TOLERANCE = 1e-6  # relative: a recomputed metric must equal the stored one (float32-stored accuracies differ ~1e-8)
+MAX_CHUNK_VALUES = 10_000_000  # resampled values scipy holds at once (its ``batch``): ~80 MB of float64
+
+
+class NoStatistics(ValueError):
+    """A row whose per-example statistics cannot be built (message says why, one line)."""
+
+
+def supported(metric: str) -> bool:
+    return metric in MEAN_METRICS or metric in EDIT_METRICS or metric == "bleu"
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-example sufficient statistics
+# ---------------------------------------------------------------------------------------------
+def _texts(samples, column: str) -> list[str]:
+    return ["" if v != v else str(v) for v in samples[column]]  # NaN (an empty text read back) -> ""
+
+
+def _edit_counts(samples, metric: str) -> np.ndarray:
+    import jiwer
+
+    edits, length = EDIT_METRICS[metric]
+    if {edits, length} <= set(samples.columns):
+        return samples[[edits, length]].to_numpy(dtype=float)
+    if not {"target", "prediction"} <= set(samples.columns):
+        raise NoStatistics(f"{metric}: the per-sample file has neither {edits}/{length} nor target/prediction texts")
+    out = []
+    for ref, hyp in zip(_texts(samples, "target"), _texts(samples, "prediction")):
+        if metric == "wer":
+            ref_units, hyp_units, process, join = ref.split(), hyp.split(), jiwer.process_words, " ".join
+        else:
+            ref_units, hyp_units, process, join = list(ref), list(hyp), jiwer.process_characters, "".join
+        if not ref_units:
+            out.append((len(hyp_units), 0))
+        elif not hyp_units:
+            out.append((len(ref_units), len(ref_units)))
+        else:
+            m = process(join(ref_units), join(hyp_units))
+            out.append((m.substitutions + m.deletions + m.insertions, len(ref_units)))
+    return np.asarray(out, dtype=float).reshape(-1, 2)
+
+
+def _bleu():
+    from sacrebleu.metrics import BLEU
+
+    return BLEU()
+
+
+def _bleu_stats(samples) -> np.ndarray:
+    if "bleu_stats" in samples.columns:
+        return np.asarray([[float(v) for v in str(s).split()] for s in samples["bleu_stats"]])
+    if not {"target", "prediction"} <= set(samples.columns):
+        raise NoStatistics("bleu: the per-sample file has neither bleu_stats nor target/prediction texts")
+    hyps, refs = _texts(samples, "prediction"), _texts(samples, "target")
+    return np.asarray(_bleu()._extract_corpus_statistics(hyps, [refs]), dtype=float)
+
+
+def example_statistics(metric: str, samples) -> np.ndarray:
+    """[examples, k] per-example sufficient statistics of ``metric``, in the order of ``samples``."""
+    if metric in MEAN_METRICS:
+        return samples[["score"]].to_numpy(dtype=float)
+    if metric in EDIT_METRICS:
+        return _edit_counts(samples, metric)
+    if metric == "bleu":
+        return _bleu_stats(samples)
+    raise NoStatistics(f"no bootstrap defined for metric {metric!r}")
+
+
+def metric_from_sums(metric: str, sums: np.ndarray, n: int) -> np.ndarray:
+    """The metric from statistics summed over examples: ``sums`` is [k, ...]; returns [...]."""
+    sums = np.asarray(sums, dtype=float)
+    if metric in MEAN_METRICS:
+        return sums[0] / n
+    if metric in EDIT_METRICS:
+        return sums[0] / np.maximum(sums[1], 1.0)
+    if metric == "bleu":
+        bleu = _bleu()
+        flat = sums.reshape(sums.shape[0], -1)
+        scores = [bleu._compute_score_from_stats([int(round(v)) for v in flat[:, j]]).score
+                  for j in range(flat.shape[1])]
+        return np.asarray(scores, dtype=float).reshape(sums.shape[1:])
+    raise NoStatistics(f"no bootstrap defined for metric {metric!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The joint bootstrap of one test set
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Draws:
+    """Bootstrap draws of row metrics on one test set: row key -> value and [B] resampled values."""
+
+    metric: str
+    n_examples: int
+    value: dict[str, float] = field(default_factory=dict)
+    draws: dict[str, np.ndarray] = field(default_factory=dict)
+    low: dict[str, float] = field(default_factory=dict)
+    high: dict[str, float] = field(default_factory=dict)
+
+
+def bootstrap_rows(metric: str, stats: dict[str, np.ndarray], n_resamples: int = N_RESAMPLES,
+                   seed: int = RANDOM_SEED) -> Draws:
+    """One paired ``scipy.stats.bootstrap`` over the examples of every row in ``stats`` (row key ->
+    [examples, k], all rows in the same example order)."""
+    from scipy.stats import bootstrap
+
+    keys = list(stats)
+    data = np.stack([stats[k].T for k in keys])  # [rows, k, examples]
+    n = data.shape[-1]
+
+    def statistic(x, axis=-1):
+        return metric_from_sums(metric, np.moveaxis(x.sum(axis=axis), 1, 0), n)  # [rows, ...]
+
+    batch = max(1, MAX_CHUNK_VALUES // max(1, data.size))
+    result = bootstrap((data,), statistic, n_resamples=n_resamples, batch=batch, vectorized=True, axis=-1,
+                       confidence_level=CONFIDENCE, method="percentile", random_state=np.random.default_rng(seed))
+    values = statistic(data)
+    out = Draws(metric, n)
+    dist = np.asarray(result.bootstrap_distribution).reshape(len(keys), -1)
+    for i, key in enumerate(keys):
+        out.value[key] = float(values[i])
+        out.draws[key] = dist[i]
+        out.low[key] = float(np.atleast_1d(result.confidence_interval.low)[i])
+        out.high[key] = float(np.atleast_1d(result.confidence_interval.high)[i])
+    return out
+
+
+def interval(draws: np.ndarray) -> tuple[float, float]:
+    """The 95% percentile interval of a derived quantity over the bootstrap draws (NaN draws are left
+    out: e.g. quality at a budget a resample's hull does not reach)."""
+    draws = np.asarray(draws, dtype=float)
+    draws = draws[np.isfinite(draws)]
+    if draws.size == 0:
+        return math.nan, math.nan
+    alpha = (1 - CONFIDENCE) / 2
+    low, high = np.quantile(draws, [alpha, 1 - alpha])
+    return float(low), float(high)
+
+
+def matches(stored: float, recomputed: float) -> bool:
+    return math.isclose(float(stored), float(recomputed), rel_tol=TOLERANCE, abs_tol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# sacreBLEU's own paired bootstrap test
+# ---------------------------------------------------------------------------------------------
+def sacrebleu_paired_test(baseline: tuple[list[str], list[str]], system: tuple[list[str], list[str]],
+                          n_samples: int = 1000) -> dict[str, float]:
+    """sacreBLEU's paired bootstrap resampling test (``sacrebleu.significance.PairedTest``, test type
+    ``bs``; its fixed seed 12345 unless SACREBLEU_SEED is set) of ``system`` against ``baseline``, each
+    (hypotheses, references) on the same references.  Returns both scores, the p-value, and the system's
+    mean and 95% CI half-width over sacreBLEU's resamples."""
+    import logging
+
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    if list(baseline[1]) != list(system[1]):
+        raise ValueError("sacreBLEU paired test: the two systems were scored on different references")
+    logging.getLogger("sacrebleu").setLevel(logging.WARNING)
+    test = PairedTest([("baseline", list(baseline[0])), ("system", list(system[0]))], {"BLEU": BLEU()},
+                      references=[list(baseline[1])], test_type="bs", n_samples=n_samples)
+    _, scores = test()
+    base, sys = scores["BLEU"][0], scores["BLEU"][1]
+    return {"baseline": float(base.score), "system": float(sys.score), "p_value": float(sys.p_value),
+            "system_mean": float(sys.mean), "system_ci": float(sys.ci)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Every row of a report section
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Uncertainty:
+    """Bootstrap draws for the rows of one report section, keyed by row key; rows without draws have a
+    note saying why (no per-sample file, a metric without a bootstrap, a recomputation that differs)."""
+
+    draws: dict[str, np.ndarray] = field(default_factory=dict)
+    low: dict[str, float] = field(default_factory=dict)
+    high: dict[str, float] = field(default_factory=dict)
+    test_set: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    samples: dict[str, object] = field(default_factory=dict)  # row key -> per-sample frame (index order)
+
+    def mean_draws(self, keys) -> np.ndarray | None:
+        """Draws of the mean over ``keys`` (a seed mean), or None unless every key has draws on one test set."""
+        keys = list(keys)
+        if not keys or any(k not in self.draws for k in keys) or len({self.test_set[k] for k in keys}) != 1:
+            return None
+        return np.mean([self.draws[k] for k in keys], axis=0)
+
+    def ci(self, keys) -> tuple[float, float]:
+        draws = self.mean_draws(keys)
+        return (math.nan, math.nan) if draws is None else interval(draws)
+
+
+def samples_path(row: dict, results_dir) -> "Path":
+    from pathlib import Path
+
+    from bench import results
+
+    row_file = row.get("row_file")
+    if isinstance(row_file, str) and row_file:
+        path = Path(row_file)
+        return path.with_name(path.name[:-len(".csv")] + ".samples.csv.gz")
+    return results.row_dir(results_dir, row["task"], row["method"]) / f"{row['run_id']}.samples.csv.gz"
+
+
+def rows_uncertainty(rows, results_dir, key: str = "row_key") -> Uncertainty:
+    """Read every row's per-sample file, check that the metric recomputes to the stored value, and run one
+    paired bootstrap per test set (rows whose examples, by ``index``, are the same)."""
+    import hashlib
+
+    import pandas as pd
+
+    out = Uncertainty()
+    groups: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+    for row in rows.to_dict("records"):
+        name, metric = row[key], str(row["metric"])
+        path = samples_path(row, results_dir)
+        if not supported(metric):
+            out.notes[name] = f"no bootstrap for metric {metric}"
+            continue
+        if not path.exists():
+            out.notes[name] = "no per-sample file"
+            continue
+        samples = pd.read_csv(path, keep_default_na=False, na_values=[""])
+        if "index" in samples:
+            samples = samples.sort_values("index", kind="stable").reset_index(drop=True)
+        try:
+            stats = example_statistics(metric, samples)
+        except NoStatistics as err:
+            out.notes[name] = str(err)
+            continue
+        value = float(metric_from_sums(metric, stats.sum(axis=0), len(stats)))
+        if not matches(row["quality"], value):
+            out.notes[name] = f"recomputed {metric} {value:.6g} differs from the row's {float(row['quality']):.6g}"
+            continue
+        order = samples["index"].to_numpy() if "index" in samples else np.arange(len(samples))
+        test_set = hashlib.sha256(np.ascontiguousarray(order, dtype=np.int64).tobytes()).hexdigest()[:12]
+        groups.setdefault((metric, test_set), {})[name] = stats
+        out.test_set[name] = test_set
+        out.samples[name] = samples
+    for (metric, _), stats in sorted(groups.items()):
+        draws = bootstrap_rows(metric, stats)
+        out.draws.update(draws.draws)
+        out.low.update(draws.low)
+        out.high.update(draws.high)
+    return out

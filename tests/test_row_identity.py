@@ -1,0 +1,74 @@
+"""Row identity (issue 22, item 6): keys that cannot change a result stay out of the config hash, a point
+already written under an older hash is found again, re-running a point with identical numbers writes no
+second file, and the report never collapses rows of different budgets or configs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bench import report, results, runner
+from bench.run import stable_hash
+from tests.helpers import compose_tiny
+from tests.test_report import _row
+
+
+def _row_files(path):
+    return sorted(p.name for p in path.glob("*.csv"))
+
+
+def test_results_hash_is_the_runs_hash():
+    value = {"seed": 1, "parity": {"n": 8, "lr": 1e-3}, "plugins": []}
+    assert results.stable_hash(value) == stable_hash(value)
+
+
+def test_non_result_keys_leave_the_identity_alone(tmp_path):
+    cfg = compose_tiny("dense", "parity", tmp_path, "timing=false")
+    other = compose_tiny("dense", "parity", tmp_path, "timing=false", "timing_rounds=7", "allow_cost_mismatch=true")
+    assert runner.config_hash(cfg, "dense", "parity") == runner.config_hash(other, "dense", "parity")
+    changed = compose_tiny("dense", "parity", tmp_path, "timing=false", "parity.train_steps=3")
+    assert runner.config_hash(changed, "dense", "parity") != runner.config_hash(cfg, "dense", "parity")
+
+
+def test_rerun_with_identical_numbers_adds_no_row(tmp_path):
+    rows_dir = tmp_path / "results" / "parity" / "dense"
+    runner.run(compose_tiny("dense", "parity", tmp_path, "timing=false"), "dense", "parity", "test")
+    first = _row_files(rows_dir)
+    assert len(first) == 1
+    # an old row written when timing_rounds was part of the hash: renamed to another hash, config kept
+    old_id = first[0][:-len(".csv")]
+    fake = "0" * 12 + old_id[12:]
+    for suffix in (".csv", ".samples.csv.gz", ".config.yaml"):
+        (rows_dir / f"{old_id}{suffix}").rename(rows_dir / f"{fake}{suffix}")
+    assert runner.run(compose_tiny("dense", "parity", tmp_path, "timing=false", "timing_rounds=9"),
+                      "dense", "parity", "test") == []  # found by identity: skipped before any work
+    # force=true re-evaluates the same cached model: same quality, cost and samples -> no second file
+    assert runner.run(compose_tiny("dense", "parity", tmp_path, "timing=false", "force=true"),
+                      "dense", "parity", "test") == []
+    assert _row_files(rows_dir) == [f"{fake}.csv"]
+    # a different point (another training budget) is written
+    assert len(runner.run(compose_tiny("dense", "parity", tmp_path, "timing=false", "parity.train_steps=3"),
+                          "dense", "parity", "test")) == 1
+
+
+def test_report_keeps_rows_of_different_budgets_apart(tmp_path):
+    a = dataclasses.replace(_row("acm", "train", 0.1, 0.5, 0.80), train_budget="100 steps")
+    b = dataclasses.replace(_row("acm", "train", 0.1, 0.5, 0.85, timestamp="2024-03-01T00:00:00+00:00"),
+                            train_budget="200 steps")
+    rerun = dataclasses.replace(b, timestamp="2024-04-01T00:00:00+00:00", git_sha="feedface")
+    for i, row in enumerate((a, b, rerun)):
+        results.append(tmp_path, row, f"r{i}")
+    kept = report.latest_rows(results.load(tmp_path))
+    assert sorted(kept["train_budget"]) == ["100 steps", "200 steps"]  # never collapsed to the latest
+    assert kept.attrs["dedup"] == {"read": 3, "duplicates": 0, "superseded": 1}  # the re-run replaced b
+
+
+def test_rows_that_differ_in_config_get_their_own_curve(tmp_path):
+    """CCT's two budget sets are separate runs (cct.pairs=diagonal / decoder) with one knob value in common:
+    the report keeps both rows and labels the curves by the config key that tells them apart."""
+    for i, pairs in enumerate(("diagonal", "decoder")):
+        row = dataclasses.replace(_row("cct", "eval", "e1-d1", 1.0, 0.8 + i / 100), config_hash=f"h{i}")
+        path = results.append(tmp_path, row, f"c{i}",
+                              config_yaml=f"seed: 0\ntiming_rounds: {i + 1}\ncct:\n  pairs: {pairs}\n")
+        assert path.exists()
+    (view,) = report.task_views(results.load(tmp_path))
+    assert sorted(view.rows["curve"]) == ["cct [pairs=decoder]", "cct [pairs=diagonal]"]

@@ -1,0 +1,101 @@
+"""Uncertainty and claims: per-example statistics recompute each metric exactly as the task scored it, the
+bootstrap is paired and reproducible, hull qualities are bootstrapped like the point estimate, and a claim's
+verdict follows its CI (and is downgraded when seeds disagree)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench import report, report_claims, results, stats
+from bench.claims import Beats, Claim, Reaches, Select
+from tests.test_report import DATASET, _row
+
+
+def test_wer_and_bleu_recompute_as_the_tasks_score():
+    from sacrebleu.metrics import BLEU
+
+    from tasks.commonvoice import text
+
+    refs = ["it's taking ages", "i can well believe that", "", "one two three"]
+    hyps = ["it's ta e es", "i can believe that this", "extra words", ""]
+    samples = pd.DataFrame({"target": refs, "prediction": hyps})
+    edits = stats.example_statistics("wer", samples)
+    assert stats.metric_from_sums("wer", edits.sum(axis=0), len(refs)) == pytest.approx(
+        text.error_rates(refs, hyps)["wer"], abs=1e-15)
+    cer = stats.example_statistics("cer", samples)
+    assert stats.metric_from_sums("cer", cer.sum(axis=0), len(refs)) == pytest.approx(
+        text.error_rates(refs, hyps)["cer"], abs=1e-15)
+    bleu_refs = ["The cat sat on the mat.", "It is getting serious.", "Nothing works here today."]
+    bleu_hyps = ["The cat is on the mat.", "It will come.", "Nothing works today."]
+    s = stats.example_statistics("bleu", pd.DataFrame({"target": bleu_refs, "prediction": bleu_hyps}))
+    assert float(stats.metric_from_sums("bleu", s.sum(axis=0), 3)) == pytest.approx(
+        BLEU().corpus_score(bleu_hyps, [bleu_refs]).score, abs=1e-12)
+
+
+def test_bootstrap_is_paired_and_reproducible():
+    rng = np.random.default_rng(0)
+    a = (rng.random(500) < 0.8).astype(float)[:, None]
+    rows = {"a": a, "same": a.copy(), "b": (rng.random(500) < 0.6).astype(float)[:, None]}
+    first, second = stats.bootstrap_rows("accuracy", rows, 300), stats.bootstrap_rows("accuracy", rows, 300)
+    assert np.array_equal(first.draws["a"], second.draws["a"])  # fixed random state
+    assert np.array_equal(first.draws["a"], first.draws["same"])  # paired: the same resampled examples
+    assert first.low["a"] < first.value["a"] < first.high["a"]
+    lo, hi = stats.interval(first.draws["a"] - first.draws["b"])
+    assert lo > 0  # 0.8 vs 0.6 on 500 examples
+
+
+def test_hull_draws_match_quality_at_budget():
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n = int(rng.integers(1, 6))
+        cost = rng.choice([0.1, 0.3, 0.5, 0.8, 1.0], n)
+        quality = rng.random((n, 4))
+        budget, hib = float(rng.choice([0.05, 0.3, 0.6, 1.0, 1.2])), bool(rng.integers(2))
+        draws = report.hull_draws(cost, quality, budget, hib)
+        for j in range(4):
+            expected = report.quality_at_budget(cost, quality[:, j], budget, hib)
+            assert (np.isnan(expected) and np.isnan(draws[j])) or draws[j] == pytest.approx(expected)
+
+
+def _write(results_dir, method, knob, frac, accuracy, seed, n=2000, kind="train"):
+    rng = np.random.default_rng(hash((method, knob, seed)) % 2**32)
+    score = (rng.random(n) < accuracy).astype(float)
+    row = dataclasses.replace(_row(method, kind, knob, frac, float(score.mean()), seed=seed), n_eval=n)
+    samples = pd.DataFrame({"target": 0, "prediction": 0, "score": score, "macs": frac, "index": np.arange(n)})
+    results.append(results_dir, row, f"{method}-{knob}-s{seed}", samples)
+
+
+def _views(results_dir):
+    views = report.task_views(results.load(results_dir))
+    for view in views:
+        report.attach_uncertainty(view, results_dir)
+    return views
+
+
+def test_claim_verdicts_follow_the_ci_and_the_seeds(tmp_path):
+    for seed in (0, 1):
+        _write(tmp_path, "dense", "1.0", 1.0, 0.90, seed, kind="static")
+        _write(tmp_path, "good", "a", 0.5, 0.88, seed)
+        _write(tmp_path, "bad", "a", 0.5, 0.60, seed)
+    _write(tmp_path, "split", "a", 0.5, 0.95, 0)  # seed 0 far above dense, seed 1 far below
+    _write(tmp_path, "split", "a", 0.5, 0.70, 1)
+    views = _views(tmp_path)
+    dense = Select("dense")
+
+    def judge(check):
+        claim = Claim("c", "test", "test", "toy", (check,), dataset=DATASET)
+        return report_claims.evaluate(claim, views, tmp_path).verdict
+
+    assert judge(Beats(Select("good"), Select("bad"), budgets=(0.5,))) == "holds"
+    assert judge(Beats(Select("bad"), Select("good"), budgets=(0.5,))) == "does not hold"
+    assert judge(Beats(Select("good"), dense, margin=-0.05, b_is_point=True)) == "holds"
+    assert judge(Beats(Select("good"), dense, margin=-0.001, b_is_point=True)) == "does not hold"
+    assert judge(Reaches(Select("bad"), 0.7, fails=True)) == "holds"
+    assert judge(Beats(Select("split"), Select("bad"), budgets=(0.5,))) == "holds"
+    # the seed mean of "split" is below dense, but seed 0 is far above: seeds disagree -> inconclusive
+    assert judge(Beats(Select("split"), dense, b_is_point=True)) == "inconclusive"
+    assert judge(Beats(Select("good"), Select("bad"), budgets=(0.2,))) == "inconclusive"  # not measured there
