@@ -28,7 +28,7 @@ aten = torch.ops.aten
 
 # Executed ops that carry no multiply-accumulates (besides pointwise/view ops, recognised by tag).
 _NO_MAC_OPS = {
-    "aten._softmax", "aten._log_softmax", "aten.native_layer_norm", "aten.sum", "aten.mean",
+    "aten._softmax", "aten._log_softmax", "aten.native_layer_norm", "aten.native_group_norm", "aten.sum", "aten.mean",
     "aten.amax", "aten.max", "aten.min", "aten.argmax", "aten.sort", "aten.argsort", "aten.topk",
     "aten.cumsum", "aten.index_select", "aten.index", "aten.index_put", "aten.index_put_",
     "aten.index_add", "aten.index_add_", "aten.scatter", "aten.scatter_", "aten.scatter_add",
