@@ -30,7 +30,7 @@ def test_logits_and_greedy_decode_match_transformers(checkpoint):
     ref = Wav2Vec2ForCTC.from_pretrained(str(directory)).eval()
     processor = Wav2Vec2Processor.from_pretrained(str(directory))
     assert isinstance(processor.feature_extractor, Wav2Vec2FeatureExtractor)
-    model, vocab, shape, _ = build_model(str(directory), "commonvoice.pretrained")
+    model, vocab, shape, _, _ = build_model(str(directory), "commonvoice.pretrained")
     model.eval()
     assert shape.stable == stable and model.blocks[0].norm_first == stable
     torch.manual_seed(0)
@@ -54,7 +54,7 @@ def test_logits_and_greedy_decode_match_transformers(checkpoint):
 
 def test_targets_map_into_the_checkpoint_vocabulary(checkpoint):
     directory, _ = checkpoint
-    _, vocab, _, _ = build_model(str(directory), "commonvoice.pretrained")
+    _, vocab, _, _, _ = build_model(str(directory), "commonvoice.pretrained")
     ids = T.pad_ids([T.encode("it's a b")], 10)
     mapped = vocab.targets(ids)
     from transformers import Wav2Vec2CTCTokenizer
@@ -66,7 +66,7 @@ def test_targets_map_into_the_checkpoint_vocabulary(checkpoint):
 
 def test_counted_macs_equal_the_analytic_formula_at_tiny_size(checkpoint):
     directory, _ = checkpoint
-    model, _, shape, _ = build_model(str(directory), "commonvoice.pretrained")
+    model, _, shape, _, _ = build_model(str(directory), "commonvoice.pretrained")
     wave = torch.randn(2, 32000)
     counted = cost.count(model, wave)
     assert counted.uncounted == []

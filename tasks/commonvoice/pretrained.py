@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -82,8 +82,16 @@ class CheckpointVocab:
         return out
 
 
-def build_model(directory: str, key: str) -> tuple[CTCEncoder, CheckpointVocab, W.Wav2Vec2Shape, str]:
-    """(CTC model with the checkpoint's weights, vocabulary map, shape, sha256 prefix of the weights)."""
+class Loaded(NamedTuple):
+    model: CTCEncoder  # the checkpoint's weights (a new head if it had none)
+    vocab: CheckpointVocab
+    shape: W.Wav2Vec2Shape
+    digest: str  # sha256 prefix of the weights file
+    has_head: bool
+
+
+def build_model(directory: str, key: str) -> Loaded:
+    """The CTC model of a HF wav2vec 2.0 directory, its vocabulary map, shape and weights digest."""
     ckpt = W.read_checkpoint(directory, key)
     where = f"{key}={directory}"
     if ckpt.has_head:
@@ -102,7 +110,7 @@ def build_model(directory: str, key: str) -> tuple[CTCEncoder, CheckpointVocab, 
     if unexpected or set(missing) - allowed:
         raise UserError(f"{where}: weights do not fit the model (missing {sorted(set(missing) - allowed)[:3]}, "
                         f"unexpected {sorted(unexpected)[:3]})")
-    return model, vocab, ckpt.shape, weights_digest(directory, key)
+    return Loaded(model, vocab, ckpt.shape, weights_digest(directory, key), ckpt.has_head)
 
 
 def weights_digest(directory: str, key: str) -> str:
