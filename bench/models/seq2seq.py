@@ -88,6 +88,7 @@ class Seq2SeqConfig:
     eos: int = EOS
     never_emit: tuple[int, ...] = ()
     head_bias: bool = False
+    scale_embed: bool = True  # token embeddings · √d (Marian: scale_embedding; fairseq: not no_scale_embedding)
 
     @property
     def d_dec(self) -> int:
@@ -117,12 +118,13 @@ class Seq2SeqConfig:
 class TokenEmbed(nn.Module):
     """ids [B, T] → (embedding·√d + position embedding [B, T, d], key padding mask [B, T])."""
 
-    def __init__(self, vocab: int, d_model: int, max_positions: int, dropout: float = 0.0, pad: int = PAD):
+    def __init__(self, vocab: int, d_model: int, max_positions: int, dropout: float = 0.0, pad: int = PAD,
+                 scale: bool = True):
         super().__init__()
         self.pad = pad
         self.tok = nn.Embedding(vocab, d_model, padding_idx=pad)
         self.pos = nn.Embedding(max_positions, d_model)
-        self.scale = math.sqrt(d_model)
+        self.scale = math.sqrt(d_model) if scale else 1.0
         self.drop = nn.Dropout(dropout)
         nn.init.normal_(self.tok.weight, std=d_model ** -0.5)
         nn.init.normal_(self.pos.weight, std=0.02)
@@ -231,7 +233,7 @@ class Decoder(nn.Module):
         super().__init__()
         dcfg = cfg.decoder_config()
         d = dcfg.d_model
-        self.embed = TokenEmbed(cfg.vocab, d, cfg.max_positions, cfg.dropout, pad=cfg.pad)
+        self.embed = TokenEmbed(cfg.vocab, d, cfg.max_positions, cfg.dropout, pad=cfg.pad, scale=cfg.scale_embed)
         self.blocks = nn.ModuleList(DecoderBlock(dcfg, kv_dim=cfg.d_model) for _ in range(layers))
         self.norm = nn.LayerNorm(d, eps=cfg.norm_eps) if cfg.final_norm else nn.Identity()
         self.head = nn.Linear(d, cfg.vocab, bias=cfg.head_bias)
@@ -276,7 +278,7 @@ class EncoderDecoder(nn.Module):
         self.cfg = replace(cfg, dec_layers=dec_layers)
         ecfg = cfg.encoder_config()
         self.encoder = Encoder(ecfg, TokenEmbed(cfg.src_vocab or cfg.vocab, cfg.d_model, cfg.max_positions,
-                                                cfg.dropout, pad=cfg.pad), _EncoderHead())
+                                                cfg.dropout, pad=cfg.pad, scale=cfg.scale_embed), _EncoderHead())
         self.decoder = Decoder(cfg, dec_layers)
         # generation settings (set by the task)
         self.beam, self.len_a, self.len_b, self.len_penalty = 1, 1.5, 5, 1.0
