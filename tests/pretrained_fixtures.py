@@ -118,17 +118,113 @@ def write_marian(directory: Path, seed: int = 0) -> Path:
     return directory
 
 
+FAIRSEQ_TINY = dict(encoder_embed_dim=16, encoder_ffn_embed_dim=32, encoder_layers=2, encoder_attention_heads=2,
+                    decoder_embed_dim=16, decoder_ffn_embed_dim=32, decoder_layers=2, decoder_attention_heads=2,
+                    max_source_positions=64, max_target_positions=64)
+
+
+def _fairseq_words(texts: list[str]) -> list[str]:
+    words: dict[str, None] = {}
+    for text in texts:
+        for word in text.split():
+            words.setdefault(word, None)
+    return list(words)
+
+
+def write_fairseq(directory: Path, seed: int = 0, dec_dim: int | None = None):
+    """A tiny fairseq ``transformer_iwslt_de_en``-style checkpoint (post-norm, ReLU, separate de/en
+    dictionaries; the FSMT-derived one has its own output projection, the DAT one shares it).  With equal widths the weights are those of a
+    random HF ``FSMTForConditionalGeneration`` (the port of fairseq's transformer), returned for the
+    equality tests; ``dec_dim`` makes the decoder narrower (the DAT layout, encoder 16 / decoder dec_dim),
+    with random tensors of fairseq's shapes (no HF reference has that layout).  Returns (dir, fsmt or None)."""
+    from argparse import Namespace
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    src_words, tgt_words = _fairseq_words(TEXT_DE), _fairseq_words(TEXT_EN)
+    for lang, words in (("de", src_words), ("en", tgt_words)):
+        (directory / f"dict.{lang}.txt").write_text("".join(f"{w} {100 - i}\n" for i, w in enumerate(words)),
+                                                     encoding="utf-8")
+    n_src, n_tgt = 4 + len(src_words), 4 + len(tgt_words)
+    arch = dict(FAIRSEQ_TINY)
+    torch.manual_seed(seed)
+    fsmt = None
+    if dec_dim is None:
+        from transformers import FSMTConfig, FSMTForConditionalGeneration
+
+        config = FSMTConfig(langs=["de", "en"], src_vocab_size=n_src, tgt_vocab_size=n_tgt, d_model=16,
+                            encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
+                            encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+                            activation_function="relu", scale_embedding=True, pad_token_id=1, bos_token_id=0,
+                            eos_token_id=2, decoder_start_token_id=2, dropout=0.0)
+        fsmt = FSMTForConditionalGeneration(config).eval()
+        with torch.no_grad():
+            for name, p in fsmt.named_parameters():
+                if "norm" not in name and "embed_positions" not in name and p.dim() > 1:
+                    p.normal_(0.0, 0.2)
+        sd = {k[len("model."):]: v.clone() for k, v in fsmt.state_dict().items() if k.startswith("model.")}
+        sd = {k: v for k, v in sd.items() if not k.endswith("embed_positions.weight")}
+    else:
+        arch.update(decoder_embed_dim=dec_dim, decoder_ffn_embed_dim=2 * dec_dim)
+        sd = _random_fairseq_state(arch, n_src, n_tgt)
+    for side in ("encoder", "decoder"):
+        sd[f"{side}.embed_positions._float_tensor"] = torch.FloatTensor(1)
+        sd[f"{side}.version"] = torch.Tensor([3])
+    args = Namespace(arch="transformer_iwslt_de_en", activation_fn="relu", dropout=0.3, encoder_normalize_before=False,
+                     decoder_normalize_before=False, share_decoder_input_output_embed=fsmt is None,
+                     share_all_embeddings=False, no_scale_embedding=False, layernorm_embedding=False,
+                     encoder_learned_pos=False, decoder_learned_pos=False, **arch)
+    torch.save({"cfg": {"model": args, "task": {"source_lang": "de", "target_lang": "en"}}, "model": sd,
+                "optimizer_history": [], "extra_state": {}}, directory / "checkpoint_best.pt")
+    return directory, fsmt
+
+
+def _random_fairseq_state(arch: dict, n_src: int, n_tgt: int) -> dict:
+    """Random weights in fairseq's names and shapes (TransformerEncoder/Decoder; cross-attention k/v take
+    the encoder width, fairseq's MultiheadAttention(kdim=vdim=encoder_embed_dim))."""
+    de, dd = arch["encoder_embed_dim"], arch["decoder_embed_dim"]
+    sd = {"encoder.embed_tokens.weight": torch.randn(n_src, de) * 0.2,
+          "decoder.embed_tokens.weight": torch.randn(n_tgt, dd) * 0.2}
+    sd["decoder.output_projection.weight"] = sd["decoder.embed_tokens.weight"]
+
+    def linear(prefix: str, d_in: int, d_out: int) -> None:
+        sd[prefix + ".weight"] = torch.randn(d_out, d_in) * d_in ** -0.5
+        sd[prefix + ".bias"] = torch.randn(d_out) * 0.1
+
+    def norm(prefix: str, d: int) -> None:
+        sd[prefix + ".weight"] = 1 + 0.1 * torch.randn(d)
+        sd[prefix + ".bias"] = 0.1 * torch.randn(d)
+
+    for side, d, ffn, layers in (("encoder", de, arch["encoder_ffn_embed_dim"], arch["encoder_layers"]),
+                                 ("decoder", dd, arch["decoder_ffn_embed_dim"], arch["decoder_layers"])):
+        for i in range(layers):
+            p = f"{side}.layers.{i}"
+            for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                linear(f"{p}.self_attn.{proj}", d, d)
+            norm(f"{p}.self_attn_layer_norm", d)
+            if side == "decoder":
+                linear(f"{p}.encoder_attn.q_proj", d, d)
+                linear(f"{p}.encoder_attn.k_proj", de, d)
+                linear(f"{p}.encoder_attn.v_proj", de, d)
+                linear(f"{p}.encoder_attn.out_proj", d, d)
+                norm(f"{p}.encoder_attn_layer_norm", d)
+            linear(f"{p}.fc1", d, ffn)
+            linear(f"{p}.fc2", ffn, d)
+            norm(f"{p}.final_layer_norm", d)
+    return sd
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     args = parser.parse_args(argv)
     write_wav2vec2(args.out / "wav2vec2-base-tiny", stable=False)
     write_wav2vec2(args.out / "xlsr-tiny", stable=True)
-    for name in ("write_marian", "write_fairseq", "write_deit"):
-        fn = globals().get(name)
-        if fn is not None:
-            fn(args.out / {"write_marian": "opus-mt-tiny", "write_fairseq": "fairseq-tiny",
-                           "write_deit": "deit-tiny.pth"}[name])
+    write_marian(args.out / "opus-mt-tiny")
+    write_fairseq(args.out / "fairseq-tiny")
+    write_fairseq(args.out / "fairseq-dat-tiny", dec_dim=8)
+    if "write_deit" in globals():
+        globals()["write_deit"](args.out / "deit-tiny.pth")
     print(f"tiny checkpoints written under {args.out}")
     return 0
 
