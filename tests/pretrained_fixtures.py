@@ -214,6 +214,42 @@ def _random_fairseq_state(arch: dict, n_src: int, n_tgt: int) -> dict:
     return sd
 
 
+def write_deit(path: Path, seed: int = 0, image_size: int = 32, patch: int = 8, channels: int = 3,
+               d: int = 16, layers: int = 2, heads: int = 2, mlp: int = 32, classes: int = 10):
+    """A timm-layout DeiT state dict (``{"model": ...}``, as DeiT's released .pth files) holding the weights
+    of a random HF ``ViTForImageClassification`` (HF's port of DeiT: facebook/deit-*-patch16-224), mapped
+    to timm's names (q, k, v packed into ``attn.qkv``).  Returns (path, HF model)."""
+    from transformers import ViTConfig, ViTForImageClassification
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    config = ViTConfig(hidden_size=d, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=mlp,
+                       image_size=image_size, patch_size=patch, num_channels=channels, num_labels=classes,
+                       layer_norm_eps=1e-6, hidden_act="gelu", qkv_bias=True)
+    model = ViTForImageClassification(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "layernorm" not in name and p.dim() > 1:
+                p.normal_(0.0, 0.2)
+        model.vit.embeddings.cls_token.normal_(0.0, 0.5)
+    hf = model.state_dict()
+    sd = {"cls_token": hf["vit.embeddings.cls_token"], "pos_embed": hf["vit.embeddings.position_embeddings"],
+          "patch_embed.proj.weight": hf["vit.embeddings.patch_embeddings.projection.weight"],
+          "patch_embed.proj.bias": hf["vit.embeddings.patch_embeddings.projection.bias"],
+          "norm.weight": hf["vit.layernorm.weight"], "norm.bias": hf["vit.layernorm.bias"],
+          "head.weight": hf["classifier.weight"], "head.bias": hf["classifier.bias"]}
+    for i in range(layers):  # transformers 5 names (vit.layers.i.attention.q_proj, ...)
+        h, t = f"vit.layers.{i}.", f"blocks.{i}."
+        for kind in ("weight", "bias"):
+            sd[t + f"attn.qkv.{kind}"] = torch.cat([hf[h + f"attention.{n}_proj.{kind}"] for n in "qkv"])
+            for ours, theirs in (("attn.proj", "attention.o_proj"), ("norm1", "layernorm_before"),
+                                 ("norm2", "layernorm_after"), ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2")):
+                sd[t + f"{ours}.{kind}"] = hf[h + f"{theirs}.{kind}"]
+    torch.save({"model": {k: v.clone() for k, v in sd.items()}}, path)
+    return path, model
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -223,8 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     write_marian(args.out / "opus-mt-tiny")
     write_fairseq(args.out / "fairseq-tiny")
     write_fairseq(args.out / "fairseq-dat-tiny", dec_dim=8)
-    if "write_deit" in globals():
-        globals()["write_deit"](args.out / "deit-tiny.pth")
+    write_deit(args.out / "deit-tiny.pth")
+    # the shape of the imagenet task's tiny test config (Fashion-MNIST: 28 px, 1 channel, patch 7)
+    write_deit(args.out / "deit-fashion-tiny.pth", image_size=28, patch=7, channels=1)
     print(f"tiny checkpoints written under {args.out}")
     return 0
 

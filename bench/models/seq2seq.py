@@ -24,8 +24,11 @@ Options for pretrained checkpoints (bench/models/pretrained/; every default keep
 - ``pad``/``bos``/``eos``: the checkpoint's special ids (Marian: decoder start = pad; fairseq: decoder
   start = eos).  ``never_emit``: ids whose log-probability is −inf while decoding (Marian and fairseq
   never generate pad).  ``head_bias``: an output bias (Marian's ``final_logits_bias``).
-- Positions: learned by default; a loader may fill ``embed.pos`` with a fixed sinusoidal table and
-  freeze it (Marian, fairseq).
+- Positions: learned by default; ``fixed_positions``: a loader fills ``embed.pos`` with a sinusoidal
+  table (Marian, fairseq) that is not trained (``requires_grad`` off in every model built from the config).
+- ``tie_output``: the output projection is the decoder's token embedding; ``share_embeddings``: the encoder
+  and decoder token embeddings are one matrix (Marian).  Ties are made in ``__init__`` so that every model
+  built from the config (methods copy the base model this way) keeps them.
 
 Input convention (``Batch.x``): int64 ``[B, 2, L]``; row 0 the source ids, row 1 the decoder input
 (BOS y_1 … y_n), both right-padded with PAD.  ``model(x)`` is the teacher-forced forward (logits
@@ -89,6 +92,9 @@ class Seq2SeqConfig:
     never_emit: tuple[int, ...] = ()
     head_bias: bool = False
     scale_embed: bool = True  # token embeddings · √d (Marian: scale_embedding; fairseq: not no_scale_embedding)
+    fixed_positions: bool = False
+    tie_output: bool = False
+    share_embeddings: bool = False
 
     @property
     def d_dec(self) -> int:
@@ -280,6 +286,13 @@ class EncoderDecoder(nn.Module):
         self.encoder = Encoder(ecfg, TokenEmbed(cfg.src_vocab or cfg.vocab, cfg.d_model, cfg.max_positions,
                                                 cfg.dropout, pad=cfg.pad, scale=cfg.scale_embed), _EncoderHead())
         self.decoder = Decoder(cfg, dec_layers)
+        if cfg.tie_output:
+            self.decoder.head.weight = self.decoder.embed.tok.weight
+        if cfg.share_embeddings:
+            self.encoder.embed.tok.weight = self.decoder.embed.tok.weight
+        if cfg.fixed_positions:
+            self.encoder.embed.pos.weight.requires_grad_(False)
+            self.decoder.embed.pos.weight.requires_grad_(False)
         # generation settings (set by the task)
         self.beam, self.len_a, self.len_b, self.len_penalty = 1, 1.5, 5, 1.0
         self._ledger: Tensor | None = None

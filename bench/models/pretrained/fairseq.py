@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from bench.errors import UserError
-from bench.models.pretrained.seq2seq_maps import DECODER_LAYER, ENCODER_LAYER, freeze_positions, map_layers
+from bench.models.pretrained.seq2seq_maps import DECODER_LAYER, ENCODER_LAYER, map_layers
 from bench.models.seq2seq import EncoderDecoder, Seq2SeqConfig
 
 CHECKPOINT_NAMES = ("checkpoint_best.pt", "checkpoint_last.pt", "model.pt")
@@ -117,7 +117,11 @@ def seq2seq_config(args: dict[str, Any], src_vocab: int, tgt_vocab: int, where: 
         dec_mlp=int(_get(args, "decoder_ffn_embed_dim", 2048)), activation=act,
         dropout=float(_get(args, "dropout", 0.1)), norm_eps=1e-5, max_positions=positions, norm_first=pre,
         final_norm=pre, pad=PAD, bos=EOS, eos=EOS, never_emit=(PAD,), head_bias=False,
-        scale_embed=not bool(_get(args, "no_scale_embedding", False)))
+        scale_embed=not bool(_get(args, "no_scale_embedding", False)),
+        fixed_positions=not bool(_get(args, "encoder_learned_pos", False)),
+        tie_output=bool(_get(args, "share_decoder_input_output_embed", False))
+        or bool(_get(args, "share_all_embeddings", False)),
+        share_embeddings=bool(_get(args, "share_all_embeddings", False)))
 
 
 def sinusoidal_table(positions: int, dim: int, pad: int = PAD) -> Tensor:
@@ -199,10 +203,4 @@ def load(directory: str | Path, key: str, src_lang: str, tgt_lang: str) -> tuple
         model.load_state_dict(mapped, strict=True)
     except RuntimeError as err:
         raise UserError(f"{where}: {' '.join(str(err).split())[:200]}") from None
-    if bool(_get(args, "share_decoder_input_output_embed", False)) or bool(_get(args, "share_all_embeddings", False)):
-        model.decoder.head.weight = model.decoder.embed.tok.weight
-    if bool(_get(args, "share_all_embeddings", False)):
-        model.encoder.embed.tok.weight = model.decoder.embed.tok.weight
-    if not bool(_get(args, "encoder_learned_pos", False)):
-        freeze_positions(model)
     return model, dicts[0], dicts[1]

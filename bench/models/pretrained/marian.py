@@ -27,7 +27,7 @@ from torch import Tensor
 
 from bench.errors import UserError
 from bench.models.pretrained import hf
-from bench.models.pretrained.seq2seq_maps import DECODER_LAYER, ENCODER_LAYER, freeze_positions, map_layers
+from bench.models.pretrained.seq2seq_maps import DECODER_LAYER, ENCODER_LAYER, map_layers
 from bench.models.seq2seq import EncoderDecoder, Seq2SeqConfig
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu"}
@@ -61,7 +61,8 @@ def seq2seq_config(config: dict[str, Any], where: str) -> Seq2SeqConfig:
         activation=ACTIVATIONS[act], dropout=float(config.get("dropout", 0.1)), norm_eps=1e-5,
         max_positions=int(config.get("max_position_embeddings", 512)), norm_first=False, final_norm=False,
         pad=pad, bos=pad, eos=int(config.get("eos_token_id", 0)), never_emit=(pad,), head_bias=True,
-        scale_embed=bool(config.get("scale_embedding", True)))
+        scale_embed=bool(config.get("scale_embedding", True)), fixed_positions=True,
+        tie_output=bool(config.get("tie_word_embeddings", True)), share_embeddings=shared and dec_vocab == vocab)
 
 
 def sinusoidal_table(positions: int, dim: int) -> Tensor:
@@ -121,10 +122,4 @@ def load(directory: str | Path, key: str) -> EncoderDecoder:
         model.load_state_dict(sd, strict=True)
     except RuntimeError as err:
         raise UserError(f"{where}: {' '.join(str(err).split())[:200]}") from None
-    tie_all = bool(config.get("share_encoder_decoder_embeddings", True)) and not cfg.src_vocab
-    if bool(config.get("tie_word_embeddings", True)):
-        model.decoder.head.weight = model.decoder.embed.tok.weight
-    if tie_all:
-        model.encoder.embed.tok.weight = model.decoder.embed.tok.weight
-    freeze_positions(model)
     return model

@@ -1,8 +1,8 @@
-"""Shared helpers of the translation loaders (Marian, fairseq): layer-name maps and weight tying."""
+"""Shared helpers of the translation loaders (Marian, fairseq): layer-name maps."""
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import Tensor
 
 # Per-layer suffix maps onto the skeleton (both HF Marian/BART and fairseq use these names inside a layer).
 ENCODER_LAYER = {"self_attn.q_proj": "attn.q", "self_attn.k_proj": "attn.k", "self_attn.v_proj": "attn.v",
@@ -23,8 +23,3 @@ def map_layers(sd: dict[str, Tensor], out: dict[str, Tensor], used: set[str], th
                 out[f"{ours}.{i}.{mapped}.{kind}"] = sd[key]
                 used.add(key)
 
-
-def freeze_positions(model: nn.Module) -> None:
-    """Fixed sinusoidal position tables are not trained (as in Marian and fairseq)."""
-    model.encoder.embed.pos.weight.requires_grad_(False)
-    model.decoder.embed.pos.weight.requires_grad_(False)
