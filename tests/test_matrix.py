@@ -78,10 +78,20 @@ def test_cct_refuses_post_norm_checkpoints(workdir, checkpoints):
         build_tiny("cct", "iwslt", workdir, f"iwslt.pretrained={checkpoints / 'opus-mt-tiny'}")
 
 
+@pytest.mark.parametrize("method", ["dat", "acm"])
+def test_narrow_decoder_from_scratch(method, workdir):
+    """The DAT paper's IWSLT layout (decoder narrower than the encoder) built from the task's config."""
+    model = _check_cost_and_invariance(method, "iwslt", ("iwslt.dec_d_model=8",), workdir)
+    assert (model.cfg.d_model, model.cfg.d_dec) == (16, 8)
+    assert model.decoder.blocks[0].cross.k.weight.shape[1] == 16
+
+
 def test_pretrained_matrix_covers_every_method_and_format():
-    methods = {m for m, _, _ in CASES if any(t in PRETRAINED for _, t, _ in CASES)}
-    covered = {m for m, _, _ in PRETRAINED_CASES} | {"cct"}
-    assert {m for m, t, _ in CASES if t in PRETRAINED} <= covered <= methods
+    """Every (method, task) pair of the matrix with a pretrained format runs on at least one checkpoint of
+    that task (CCT on translation: its refusal is tested instead), and every format is used."""
+    pairs = {(m, t) for m, t, v in CASES if t in PRETRAINED and not v}
+    covered = {(m, t) for m, t, _ in PRETRAINED_CASES} | {("cct", "iwslt")}
+    assert pairs <= covered
     assert {c for _, _, c in PRETRAINED_CASES} == {c for cs in PRETRAINED.values() for c in cs}
 
 
@@ -114,6 +124,7 @@ def _check_cost_and_invariance(method, task, variant, workdir):
         assert torch.equal(full[: len(batch) // 2].argmax(-1), half.argmax(-1))
         torch.testing.assert_close(full[: len(batch) // 2], half, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(full[3:4], single, rtol=1e-4, atol=1e-5)
+    return model
 
 
 def test_matrix_covers_every_registered_method():

@@ -34,7 +34,7 @@ its last forward.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -271,7 +271,7 @@ def read_checkpoint(directory: str | Path, key: str, head: str = "head.proj.") -
         if int(prep.get("sampling_rate", 16000)) != 16000:
             raise UserError(f"{key}={directory}: the feature extractor expects {prep['sampling_rate']} Hz; "
                             "this task feeds 16 kHz")
-        shape = _replace(shape, normalize=bool(prep.get("do_normalize", True)))
+        shape = replace(shape, normalize=bool(prep.get("do_normalize", True)))
     try:
         sd = skeleton_state_dict(weights, shape, head)
     except (KeyError, ValueError) as err:
@@ -291,8 +291,3 @@ def read_checkpoint(directory: str | Path, key: str, head: str = "head.proj.") -
                         f"{sd[head + 'weight'].shape[0]} outputs")
     return Wav2Vec2Checkpoint(shape, sd, has_head, vocab, delimiter, str(directory))
 
-
-def _replace(shape: Wav2Vec2Shape, **changes: Any) -> Wav2Vec2Shape:
-    from dataclasses import replace
-
-    return replace(shape, **changes)
