@@ -133,8 +133,8 @@ def _fairseq_words(texts: list[str]) -> list[str]:
 
 def write_fairseq(directory: Path, seed: int = 0, dec_dim: int | None = None):
     """A tiny fairseq ``transformer_iwslt_de_en``-style checkpoint (post-norm, ReLU, separate de/en
-    dictionaries; the FSMT-derived one has its own output projection, the DAT one shares it).  With equal widths the weights are those of a
-    random HF ``FSMTForConditionalGeneration`` (the port of fairseq's transformer), returned for the
+    dictionaries; the FSMT-derived one has its own output projection, the DAT one shares it).  With equal
+    widths the weights are those of a random HF ``FSMTForConditionalGeneration`` (the port of fairseq's transformer), returned for the
     equality tests; ``dec_dim`` makes the decoder narrower (the DAT layout, encoder 16 / decoder dec_dim),
     with random tensors of fairseq's shapes (no HF reference has that layout).  Returns (dir, fsmt or None)."""
     from argparse import Namespace

@@ -44,7 +44,8 @@ def test_teacher_forced_logits_match_fsmt(loaded):
     assert (src == fairseq.PAD).any()
     with torch.no_grad():
         # use_cache=False: FSMT builds its causal mask only then (with the cache it expects one step at a time)
-        expected = fsmt(input_ids=src, attention_mask=src.ne(fairseq.PAD), decoder_input_ids=dec, use_cache=False).logits
+        expected = fsmt(input_ids=src, attention_mask=src.ne(fairseq.PAD), decoder_input_ids=dec,
+                        use_cache=False).logits
         width = max(src.shape[1], dec.shape[1])
         x = torch.cat([_pad(src.tolist(), width)[:, None], _pad(dec.tolist(), width)[:, None]], dim=1)
         got = model(x)

@@ -226,7 +226,8 @@ class TranslationTask(Task):
         dec = 0
         if int(c.dec_d_model):
             if int(c.dec_d_model) % heads:
-                raise UserError(f"{self.name}.dec_d_model={c.dec_d_model} is not divisible by {self.name}.heads={heads}")
+                raise UserError(f"{self.name}.dec_d_model={c.dec_d_model} is not divisible by "
+                                f"{self.name}.heads={heads}")
             dec = max(heads, int(round(int(c.dec_d_model) * width / heads)) * heads)
         return S.Seq2SeqConfig(vocab=self.tokenizer.get_vocab_size(), d_model=d, enc_layers=int(c.enc_layers),
                                dec_layers=int(c.dec_layers), n_heads=heads, d_mlp=max(1, int(round(int(c.mlp) * width))),

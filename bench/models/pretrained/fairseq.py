@@ -188,7 +188,8 @@ def load(directory: str | Path, key: str, src_lang: str, tgt_lang: str) -> tuple
     arch = str(args.get("arch", args.get("_name", "transformer")))
     if not arch.startswith("transformer"):
         raise UserError(f"{where}: arch {arch!r}; only fairseq transformer checkpoints load here")
-    src_vocab, tgt_vocab = int(sd["encoder.embed_tokens.weight"].shape[0]), int(sd["decoder.embed_tokens.weight"].shape[0])
+    src_vocab = int(sd["encoder.embed_tokens.weight"].shape[0])
+    tgt_vocab = int(sd["decoder.embed_tokens.weight"].shape[0])
     if (src_vocab, tgt_vocab) != (len(dicts[0]), len(dicts[1])):
         raise UserError(f"{where}: embeddings have {src_vocab}/{tgt_vocab} rows but the dictionaries "
                         f"{len(dicts[0])}/{len(dicts[1])} symbols (fairseq pads dictionaries to a multiple of 8: "

@@ -98,7 +98,8 @@ def shape_from_config(config: dict[str, Any], key: str) -> Wav2Vec2Shape:
     if norm not in ("group", "layer"):
         raise UserError(f"{key}: feat_extract_norm={norm!r}; expected 'group' or 'layer'")
     return Wav2Vec2Shape(
-        conv_dim=tuple(config.get("conv_dim", BASE.conv_dim)), conv_kernel=tuple(config.get("conv_kernel", BASE.conv_kernel)),
+        conv_dim=tuple(config.get("conv_dim", BASE.conv_dim)),
+        conv_kernel=tuple(config.get("conv_kernel", BASE.conv_kernel)),
         conv_stride=tuple(config.get("conv_stride", BASE.conv_stride)), conv_bias=bool(config.get("conv_bias", False)),
         feat_norm=norm, hidden=int(config.get("hidden_size", 768)), layers=int(config.get("num_hidden_layers", 12)),
         heads=int(config.get("num_attention_heads", 12)), mlp=int(config.get("intermediate_size", 3072)),
