@@ -28,7 +28,7 @@ aten = torch.ops.aten
 
 # Executed ops that carry no multiply-accumulates (besides pointwise/view ops, recognised by tag).
 _NO_MAC_OPS = {
-    "aten._softmax", "aten._log_softmax", "aten.native_layer_norm", "aten.sum", "aten.mean",
+    "aten._softmax", "aten._log_softmax", "aten.native_layer_norm", "aten.native_group_norm", "aten.sum", "aten.mean",
     "aten.amax", "aten.max", "aten.min", "aten.argmax", "aten.sort", "aten.argsort", "aten.topk",
     "aten.cumsum", "aten.index_select", "aten.index", "aten.index_put", "aten.index_put_",
     "aten.index_add", "aten.index_add_", "aten.scatter", "aten.scatter_", "aten.scatter_add",
@@ -46,7 +46,7 @@ _NO_MAC_OPS = {
     "aten.std", "aten.var", "aten.prod", "aten.logsumexp", "aten.randint", "aten.rand", "aten.randn",
     "aten.bernoulli", "aten.uniform_", "aten.normal_", "aten.exponential_", "aten.set_", "aten.item",
     "aten._local_scalar_dense", "aten.resize_", "aten.detach", "aten.alias", "aten.searchsorted",
-    "aten.bucketize", "aten.stft", "aten._fft_r2c", "aten.abs", "aten.log", "aten.exp",
+    "aten.bucketize", "aten.stft", "aten._fft_r2c", "aten.abs", "aten.log", "aten.exp", "aten.triu", "aten.tril",
     "aten._unsafe_view", "aten.__and__", "aten.__or__", "aten.__xor__", "aten.__invert__",
     "aten.is_nonzero", "aten.index_copy", "aten.index_copy_", "aten.logical_and", "aten.logical_or",
     "aten.logical_not", "aten.bitwise_and", "aten.bitwise_or", "aten.bitwise_not", "aten.view", "aten.expand", "aten.t", "aten.transpose", "aten.permute",

@@ -27,6 +27,74 @@ def _first_batch(task):
 @pytest.mark.parametrize("method,task,variant", CASES, ids=[f"{m}-{t}{'-' + '-'.join(v) if v else ''}"
                                                             for m, t, v in CASES])
 def test_per_sample_cost_matches_counter_and_batch_invariance(method, task, variant, workdir):
+    _check_cost_and_invariance(method, task, variant, workdir)
+
+
+# Pretrained checkpoints (tests/pretrained_fixtures.py): every method that supports the task runs on a tiny
+# random checkpoint of each format; the checks are the same.  Subset for speed (about 45 s): every method of
+# the task on wav2vec2-base (post-norm speech), opus-mt (Marian) and DeiT; on the other formats, whose
+# blocks the matrix above or those runs already exercise, ACM and dense (stable-layer-norm XLS-R: pre-norm
+# blocks) or dense and DAT (fairseq; its narrow-decoder layout of DAT's IWSLT model also runs ACM).
+# CCT refuses post-norm and narrow-decoder models (test_cct_refuses_post_norm_checkpoints).
+PRETRAINED = {"commonvoice": ("wav2vec2-base-tiny", "xlsr-tiny"), "iwslt": ("opus-mt-tiny", "fairseq-tiny",
+                                                                           "fairseq-dat-tiny"),
+              "imagenet": ("deit-fashion-tiny.pth",)}
+SUBSET = {"xlsr-tiny": ("acm", "dense"), "fairseq-tiny": ("dat", "dense"),
+          "fairseq-dat-tiny": ("dat", "acm", "dense")}
+
+
+def _pretrained_cases() -> list[tuple[str, str, str]]:
+    cases = []
+    for method, task, variant in CASES:
+        if variant or task not in PRETRAINED:
+            continue
+        for ckpt in PRETRAINED[task]:
+            if method in SUBSET.get(ckpt, (method,)) and not (method == "cct" and task == "iwslt"):
+                cases.append((method, task, ckpt))
+    return cases
+
+
+PRETRAINED_CASES = _pretrained_cases()
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    from tests.pretrained_fixtures import main
+
+    root = tmp_path_factory.mktemp("checkpoints")
+    main([str(root)])
+    return root
+
+
+@pytest.mark.parametrize("method,task,ckpt", PRETRAINED_CASES, ids=[f"{m}-{t}-{c}" for m, t, c in PRETRAINED_CASES])
+def test_methods_on_pretrained_checkpoints(method, task, ckpt, workdir, checkpoints):
+    _check_cost_and_invariance(method, task, (f"{task}.pretrained={checkpoints / ckpt}",), workdir)
+
+
+def test_cct_refuses_post_norm_checkpoints(workdir, checkpoints):
+    from bench.errors import UserError
+
+    with pytest.raises(UserError, match="post-norm"):
+        build_tiny("cct", "iwslt", workdir, f"iwslt.pretrained={checkpoints / 'opus-mt-tiny'}")
+
+
+def test_narrow_decoder_from_scratch(workdir):
+    """The DAT paper's IWSLT layout (decoder narrower than the encoder) built from the task's config."""
+    model = _check_cost_and_invariance("dat", "iwslt", ("iwslt.dec_d_model=8",), workdir)
+    assert (model.cfg.d_model, model.cfg.d_dec) == (16, 8)
+    assert model.decoder.blocks[0].cross.k.weight.shape[1] == 16
+
+
+def test_pretrained_matrix_covers_every_method_and_format():
+    """Every (method, task) pair of the matrix with a pretrained format runs on at least one checkpoint of
+    that task (CCT on translation: its refusal is tested instead), and every format is used."""
+    pairs = {(m, t) for m, t, v in CASES if t in PRETRAINED and not v}
+    covered = {(m, t) for m, t, _ in PRETRAINED_CASES} | {("cct", "iwslt")}
+    assert pairs <= covered
+    assert {c for _, _, c in PRETRAINED_CASES} == {c for cs in PRETRAINED.values() for c in cs}
+
+
+def _check_cost_and_invariance(method, task, variant, workdir):
     task_impl, method_impl, model = build_tiny(method, task, workdir, *variant)
     batch = _first_batch(task_impl)
 
@@ -55,6 +123,7 @@ def test_per_sample_cost_matches_counter_and_batch_invariance(method, task, vari
         assert torch.equal(full[: len(batch) // 2].argmax(-1), half.argmax(-1))
         torch.testing.assert_close(full[: len(batch) // 2], half, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(full[3:4], single, rtol=1e-4, atol=1e-5)
+    return model
 
 
 def test_matrix_covers_every_registered_method():

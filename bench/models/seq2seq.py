@@ -8,7 +8,27 @@ the skeleton find the same Linears:
     EncoderDecoder.decoder.blocks[i]     DecoderBlock (a skeleton ``Block``): norm1 → attn (causal
                                          self-attention, q/k/v/o) → norm_c → cross (q/k/v/o over the
                                          encoder output) → norm2 → mlp (fc1, act, fc2); pre-norm residuals
-    EncoderDecoder.decoder.norm, .head   final LayerNorm and the output projection d → V
+                                         (or post-norm: ``norm_first=False``, see below)
+    EncoderDecoder.decoder.norm, .head   final LayerNorm (Identity for post-norm models) and the output
+                                         projection d → V
+
+Options for pretrained checkpoints (bench/models/pretrained/; every default keeps the model as it was):
+- ``norm_first=False``: post-norm blocks (Marian, fairseq's default): x ← norm1(x + attn(x)),
+  x ← norm_c(x + cross(x)), x ← norm2(x + mlp(x)); no final LayerNorm (``final_norm=False``).
+- ``dec_d_model``/``dec_heads``/``dec_mlp``: a decoder narrower than the encoder (the Depth-Adaptive
+  Transformer's IWSLT model: encoder 512, decoder 256).  Cross-attention then maps between widths as
+  fairseq's ``MultiheadAttention(embed_dim=d_dec, kdim=vdim=d_enc)`` does: q and o are d_dec → d_dec,
+  k and v project the d_enc-wide encoder output to d_dec (the DAT paper's cost model charges
+  4·|x|·d_dec·d_enc for those source keys/values, Elbayad et al. 2020, App. A).
+- ``src_vocab``: a source vocabulary of its own (fairseq's separate dict.de.txt/dict.en.txt).
+- ``pad``/``bos``/``eos``: the checkpoint's special ids (Marian: decoder start = pad; fairseq: decoder
+  start = eos).  ``never_emit``: ids whose log-probability is −inf while decoding (Marian and fairseq
+  never generate pad).  ``head_bias``: an output bias (Marian's ``final_logits_bias``).
+- Positions: learned by default; ``fixed_positions``: a loader fills ``embed.pos`` with a sinusoidal
+  table (Marian, fairseq) that is not trained (``requires_grad`` off in every model built from the config).
+- ``tie_output``: the output projection is the decoder's token embedding; ``share_embeddings``: the encoder
+  and decoder token embeddings are one matrix (Marian).  Ties are made in ``__init__`` so that every model
+  built from the config (methods copy the base model this way) keeps them.
 
 Input convention (``Batch.x``): int64 ``[B, 2, L]``; row 0 the source ids, row 1 the decoder input
 (BOS y_1 … y_n), both right-padded with PAD.  ``model(x)`` is the teacher-forced forward (logits
@@ -59,21 +79,58 @@ class Seq2SeqConfig:
     dropout: float = 0.0
     norm_eps: float = 1e-6
     max_positions: int = 128  # source and target positions (decode width W = max_positions - 1)
+    # Options for pretrained checkpoints (see the module docstring); the defaults are the original model.
+    norm_first: bool = True
+    final_norm: bool = True
+    dec_d_model: int = 0  # decoder width (0 = d_model)
+    dec_heads: int = 0  # decoder heads (0 = n_heads)
+    dec_mlp: int = 0  # decoder MLP width (0 = d_mlp)
+    src_vocab: int = 0  # source vocabulary (0 = vocab, shared)
+    pad: int = PAD
+    bos: int = BOS
+    eos: int = EOS
+    never_emit: tuple[int, ...] = ()
+    head_bias: bool = False
+    scale_embed: bool = True  # token embeddings · √d (Marian: scale_embedding; fairseq: not no_scale_embedding)
+    fixed_positions: bool = False
+    tie_output: bool = False
+    share_embeddings: bool = False
+
+    @property
+    def d_dec(self) -> int:
+        return self.dec_d_model or self.d_model
+
+    @property
+    def heads_dec(self) -> int:
+        return self.dec_heads or self.n_heads
+
+    @property
+    def mlp_dec(self) -> int:
+        return self.dec_mlp or self.d_mlp
 
     def encoder_config(self, layers: int | None = None) -> EncoderConfig:
         return EncoderConfig(d_model=self.d_model, n_layers=self.enc_layers if layers is None else layers,
                              n_heads=self.n_heads, d_mlp=self.d_mlp, activation=self.activation,
-                             dropout=self.dropout, norm_eps=self.norm_eps, pool="mean")
+                             dropout=self.dropout, norm_eps=self.norm_eps, pool="mean",
+                             norm_first=self.norm_first, final_norm=self.final_norm)
+
+    def decoder_config(self) -> EncoderConfig:
+        return EncoderConfig(d_model=self.d_dec, n_layers=self.dec_layers, n_heads=self.heads_dec,
+                             d_mlp=self.mlp_dec, activation=self.activation, dropout=self.dropout,
+                             norm_eps=self.norm_eps, pool="mean", norm_first=self.norm_first,
+                             final_norm=self.final_norm)
 
 
 class TokenEmbed(nn.Module):
     """ids [B, T] → (embedding·√d + position embedding [B, T, d], key padding mask [B, T])."""
 
-    def __init__(self, vocab: int, d_model: int, max_positions: int, dropout: float = 0.0):
+    def __init__(self, vocab: int, d_model: int, max_positions: int, dropout: float = 0.0, pad: int = PAD,
+                 scale: bool = True):
         super().__init__()
-        self.tok = nn.Embedding(vocab, d_model, padding_idx=PAD)
+        self.pad = pad
+        self.tok = nn.Embedding(vocab, d_model, padding_idx=pad)
         self.pos = nn.Embedding(max_positions, d_model)
-        self.scale = math.sqrt(d_model)
+        self.scale = math.sqrt(d_model) if scale else 1.0
         self.drop = nn.Dropout(dropout)
         nn.init.normal_(self.tok.weight, std=d_model ** -0.5)
         nn.init.normal_(self.pos.weight, std=0.02)
@@ -81,7 +138,7 @@ class TokenEmbed(nn.Module):
     def forward(self, ids: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
         pos = torch.arange(offset, offset + ids.shape[1], device=ids.device)
         x = self.tok(ids) * self.scale + self.pos(pos)
-        return self.drop(x), ids.eq(PAD)
+        return self.drop(x), ids.eq(self.pad)
 
 
 def _split(x: Tensor, heads: int) -> Tensor:
@@ -129,9 +186,17 @@ class SelfAttention(Attention):
 
 
 class CrossAttention(Attention):
-    """Attention of decoder states over the encoder output (keys/values from ``memory_kv``)."""
+    """Attention of decoder states over the encoder output (keys/values from ``memory_kv``).
+
+    ``kv_dim``: the encoder width when it differs from the decoder's (k, v: kv_dim → d_model)."""
 
     last_core_macs: Tensor | None = None
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, kv_dim: int | None = None):
+        super().__init__(d_model, n_heads, dropout)
+        if kv_dim is not None and kv_dim != d_model:
+            self.k = nn.Linear(kv_dim, d_model)
+            self.v = nn.Linear(kv_dim, d_model)
 
     def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         return _split(self.k(memory), self.n_heads), _split(self.v(memory), self.n_heads)
@@ -145,33 +210,39 @@ class CrossAttention(Attention):
 
 
 class DecoderBlock(Block):
-    """Pre-norm decoder block: x + attn(norm1 x) (causal); x + cross(norm_c x, source); x + mlp(norm2 x)."""
+    """Pre-norm decoder block: x + attn(norm1 x) (causal); x + cross(norm_c x, source); x + mlp(norm2 x).
+    Post-norm (``norm_first=False``): norm1(x + attn x); norm_c(x + cross(x, source)); norm2(x + mlp x)."""
 
-    def __init__(self, cfg: EncoderConfig):
+    def __init__(self, cfg: EncoderConfig, kv_dim: int | None = None):
         super().__init__(cfg)
         self.attn = SelfAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
         self.norm_c = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
-        self.cross = CrossAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
+        self.cross = CrossAttention(cfg.d_model, cfg.n_heads, cfg.dropout, kv_dim=kv_dim)
 
     def forward(self, x: Tensor, kv: tuple[Tensor, Tensor], mem_mask: Tensor,  # type: ignore[override]
                 cache: dict[str, Tensor] | None = None) -> Tensor:
+        if not self.norm_first:
+            x = self.norm1(x + self.attn(x, cache))
+            x = self.norm_c(x + self.cross(x, kv, mem_mask))
+            return self.norm2(x + self.mlp(x))
         x = x + self.attn(self.norm1(x), cache)
         x = x + self.cross(self.norm_c(x), kv, mem_mask)
         return x + self.mlp(self.norm2(x))
 
     def self_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """The keys/values this block's self-attention would cache for input state ``x``."""
-        return self.attn.project_kv(self.norm1(x))
+        return self.attn.project_kv(self.norm1(x) if self.norm_first else x)
 
 
 class Decoder(nn.Module):
     def __init__(self, cfg: Seq2SeqConfig, layers: int):
         super().__init__()
-        ecfg = cfg.encoder_config()
-        self.embed = TokenEmbed(cfg.vocab, cfg.d_model, cfg.max_positions, cfg.dropout)
-        self.blocks = nn.ModuleList(DecoderBlock(ecfg) for _ in range(layers))
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
-        self.head = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
+        dcfg = cfg.decoder_config()
+        d = dcfg.d_model
+        self.embed = TokenEmbed(cfg.vocab, d, cfg.max_positions, cfg.dropout, pad=cfg.pad, scale=cfg.scale_embed)
+        self.blocks = nn.ModuleList(DecoderBlock(dcfg, kv_dim=cfg.d_model) for _ in range(layers))
+        self.norm = nn.LayerNorm(d, eps=cfg.norm_eps) if cfg.final_norm else nn.Identity()
+        self.head = nn.Linear(d, cfg.vocab, bias=cfg.head_bias)
 
 
 class _EncoderHead(nn.Identity):
@@ -212,9 +283,16 @@ class EncoderDecoder(nn.Module):
         dec_layers = cfg.dec_layers if dec_layers is None else dec_layers
         self.cfg = replace(cfg, dec_layers=dec_layers)
         ecfg = cfg.encoder_config()
-        self.encoder = Encoder(ecfg, TokenEmbed(cfg.vocab, cfg.d_model, cfg.max_positions, cfg.dropout),
-                               _EncoderHead())
+        self.encoder = Encoder(ecfg, TokenEmbed(cfg.src_vocab or cfg.vocab, cfg.d_model, cfg.max_positions,
+                                                cfg.dropout, pad=cfg.pad, scale=cfg.scale_embed), _EncoderHead())
         self.decoder = Decoder(cfg, dec_layers)
+        if cfg.tie_output:
+            self.decoder.head.weight = self.decoder.embed.tok.weight
+        if cfg.share_embeddings:
+            self.encoder.embed.tok.weight = self.decoder.embed.tok.weight
+        if cfg.fixed_positions:
+            self.encoder.embed.pos.weight.requires_grad_(False)
+            self.decoder.embed.pos.weight.requires_grad_(False)
         # generation settings (set by the task)
         self.beam, self.len_a, self.len_b, self.len_penalty = 1, 1.5, 5, 1.0
         self._ledger: Tensor | None = None
@@ -226,12 +304,16 @@ class EncoderDecoder(nn.Module):
         self.last_trace: Tensor | None = None  # [B, W] per-token record of the final hypotheses (subclasses)
 
     # --- teacher forcing --------------------------------------------------------------------------
-    @staticmethod
-    def unpack(x: Tensor) -> tuple[Tensor, Tensor]:
-        """[B, 2, L] → (source [B, S], decoder input [B, T]) trimmed to their longest non-pad length."""
+    def unpack(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """[B, 2, L] → (source [B, S], decoder input [B, T]) trimmed to their longest non-pad length
+        (when the decoder starts with the pad id, as Marian's does, column 0 always counts)."""
         src, tgt = x[:, 0], x[:, 1]
-        s = max(1, int(src.ne(PAD).sum(1).max()))
-        t = max(1, int(tgt.ne(PAD).sum(1).max()))
+        pad = self.cfg.pad
+        s = max(1, int(src.ne(pad).sum(1).max()))
+        if self.cfg.bos == pad:
+            t = 1 + int(tgt[:, 1:].ne(pad).sum(1).max()) if tgt.shape[1] > 1 else 1
+        else:
+            t = max(1, int(tgt.ne(pad).sum(1).max()))
         return src[:, :s], tgt[:, :t]
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
@@ -331,16 +413,17 @@ class EncoderDecoder(nn.Module):
         device = src.device
         b = src.shape[0]
         width = self.cfg.max_positions - 1
-        src_len = src.ne(PAD).sum(1)
+        pad, bos, eos = self.cfg.pad, self.cfg.bos, self.cfg.eos
+        src_len = src.ne(pad).sum(1)
         src = src[:, : max(1, int(src_len.max()))]
         cap = (self.len_a * src_len.double() + self.len_b).floor().long().clamp(1, width)
         with self._cost_ledger(b, device):
             state = self.init_state(src)
             self._phase = "decoder"
-            hist = torch.full((b, 1), BOS, dtype=torch.long, device=device)  # per row: BOS + tokens
+            hist = torch.full((b, 1), bos, dtype=torch.long, device=device)  # per row: BOS + tokens
             score = torch.zeros(b, dtype=torch.float64, device=device)
             fin_score = torch.full((b, beam), float("-inf"), dtype=torch.float64, device=device)
-            fin_tok = torch.full((b, beam, width + 1), PAD, dtype=torch.long, device=device)
+            fin_tok = torch.full((b, beam, width + 1), pad, dtype=torch.long, device=device)
             fin_len = torch.zeros(b, beam, dtype=torch.long, device=device)
             fin_trace = torch.zeros(b, beam, width + 1, dtype=torch.long, device=device)
             self.begin_generate(state, b, beam, width)
@@ -350,8 +433,10 @@ class EncoderDecoder(nn.Module):
                     break
                 self._owner = state.row_sample
                 logp = self.step(state, hist[:, -1], t).double()  # [R, V]
+                if self.cfg.never_emit:
+                    logp[:, list(self.cfg.never_emit)] = float("-inf")
                 at_cap = (cap.index_select(0, state.row_sample) <= t + 1)
-                logp[at_cap, :] = torch.where(torch.arange(vocab, device=device) == EOS, logp[at_cap, :],
+                logp[at_cap, :] = torch.where(torch.arange(vocab, device=device) == eos, logp[at_cap, :],
                                               torch.full_like(logp[at_cap, :], float("-inf")))
                 cand = score[:, None] + logp  # [R, V]
                 # slot layout per sentence: live rows in order, padded to beam
@@ -366,16 +451,16 @@ class EncoderDecoder(nn.Module):
                 valid = top_s > float("-inf")
                 is_new = top_i < beam * vocab
                 slot_i = torch.div(top_i, vocab, rounding_mode="floor")
-                tok = torch.where(is_new, top_i - slot_i * vocab, torch.full_like(top_i, PAD))
+                tok = torch.where(is_new, top_i - slot_i * vocab, torch.full_like(top_i, pad))
                 parent = torch.where(is_new, row_of.index_select(0, live).gather(1, slot_i.clamp(max=beam - 1)),
                                      torch.full_like(top_i, -1))
-                ends = valid & is_new & (tok == EOS)
-                cont = valid & is_new & (tok != EOS)
+                ends = valid & is_new & (tok == eos)
+                cont = valid & is_new & (tok != eos)
                 keep_old = valid & ~is_new
                 # new finished set (old kept + new EOS ends), in rank order
                 old_idx = (top_i - beam * vocab).clamp(min=0)
                 nf_score = torch.full_like(top_s, float("-inf"))
-                nf_tok = torch.full((len(live), beam, width + 1), PAD, dtype=torch.long, device=device)
+                nf_tok = torch.full((len(live), beam, width + 1), pad, dtype=torch.long, device=device)
                 nf_len = torch.zeros_like(top_i)
                 old_tok = fin_tok.index_select(0, live).gather(1, old_idx[..., None].expand(-1, -1, width + 1))
                 old_len = fin_len.index_select(0, live).gather(1, old_idx)
@@ -385,7 +470,7 @@ class EncoderDecoder(nn.Module):
                 if ends.any():
                     li, bi = ends.nonzero(as_tuple=True)
                     rows = parent[li, bi]
-                    seq = torch.cat([hist.index_select(0, rows)[:, 1:], torch.full((len(rows), 1), EOS, device=device,
+                    seq = torch.cat([hist.index_select(0, rows)[:, 1:], torch.full((len(rows), 1), eos, device=device,
                                                                                       dtype=torch.long)], dim=1)
                     nf_tok[li, bi, : seq.shape[1]] = seq
                     nf_len[li, bi] = seq.shape[1]
@@ -411,7 +496,7 @@ class EncoderDecoder(nn.Module):
         self.last_out_len = length.cpu()
         self.last_trace = fin_trace[torch.arange(b, device=device), best][:, :width].cpu()
         self.end_generate(best)
-        return out.masked_fill(out == EOS, PAD)
+        return out.masked_fill(out == eos, pad)
 
     def begin_generate(self, state: DecodeState, batch: int, beam: int, width: int) -> None:
         """Hook for subclasses (decision logs)."""

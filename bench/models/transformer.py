@@ -1,16 +1,24 @@
-"""The shared transformer skeleton: embedding → pre-norm blocks (attention + MLP) → final norm → head.
+"""The shared transformer skeleton: embedding → blocks (attention + MLP) → final norm → head.
 
 Every task builds its backbone from these modules and every method is written against their names:
 
     Encoder.embed            task-specific: tokens [B, T, d] from the raw input
     Encoder.blocks[i]        Block: norm1 → attn (q, k, v, o Linears; explicit matmuls) → norm2 → mlp (fc1, act, fc2)
-    Encoder.norm             final LayerNorm
+    Encoder.norm             final LayerNorm (``nn.Identity`` when ``final_norm`` is off: post-norm models)
     Encoder.pool             "cls" (token 0) or "mean" over valid tokens
     Encoder.head             task-specific head on the pooled vector
 
 Attention is written as explicit matmuls so the dispatch-level counter sees QKᵀ and AV (the fused CPU
 SDPA kernel has no FLOP formula).  Analytic MAC formulas (``macs``) follow the torchvision convention:
 matmul/conv multiply-accumulates only; LayerNorm, softmax, activations and bias adds are not counted.
+
+Norm order (``EncoderConfig.norm_first``): pre-norm (the default; ViT, wav2vec 2.0 "stable layer norm"
+large / XLS-R, fairseq ``--encoder-normalize-before``) computes ``x + f(norm(x))``; post-norm (the
+original Transformer, Marian, fairseq's default, wav2vec 2.0 base) computes ``norm(x + f(x))`` with the
+same parameter names (norm1 after attention, norm2 after the MLP).  Post-norm models have no final
+LayerNorm after their last block (``final_norm=False`` → ``Encoder.norm`` is an ``nn.Identity``).  The
+defaults leave every existing model, its parameter names, outputs and MACs unchanged
+(tests/test_pretrained_skeleton.py).
 """
 
 from __future__ import annotations
@@ -28,10 +36,12 @@ class EncoderConfig:
     n_layers: int = 2
     n_heads: int = 4
     d_mlp: int = 256
-    activation: str = "gelu"  # "gelu" or "relu"
+    activation: str = "gelu"  # "gelu", "relu" or "silu" (= "swish", Marian)
     dropout: float = 0.0
     norm_eps: float = 1e-6
     pool: str = "cls"  # "cls" or "mean"
+    norm_first: bool = True  # pre-norm blocks (default); False: post-norm (norm after each residual add)
+    final_norm: bool = True  # a LayerNorm after the last block; False: none (nn.Identity; post-norm models)
 
 
 def linear_macs(layer: nn.Linear, tokens: int) -> int:
@@ -44,7 +54,7 @@ def attention_core_macs(n_q: int, n_k: int, d_model: int) -> int:
 
 
 def make_activation(name: str) -> nn.Module:
-    return {"gelu": nn.GELU(), "relu": nn.ReLU()}[name]
+    return {"gelu": nn.GELU(), "relu": nn.ReLU(), "silu": nn.SiLU(), "swish": nn.SiLU()}[name]
 
 
 class MLP(nn.Module):
@@ -98,16 +108,21 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: x + attn(norm1(x)); x + mlp(norm2(x))."""
+    """Transformer block.  Pre-norm (default): x + attn(norm1(x)); x + mlp(norm2(x)).
+    Post-norm (``cfg.norm_first=False``): norm1(x + attn(x)); norm2(x + mlp(x))."""
 
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
+        self.norm_first = cfg.norm_first
         self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
         self.attn = Attention(cfg.d_model, cfg.n_heads, cfg.dropout)
         self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
         self.mlp = MLP(cfg.d_model, cfg.d_mlp, cfg.activation, cfg.dropout)
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        if not self.norm_first:
+            x = self.norm1(x + self.attn(x, key_padding_mask))
+            return self.norm2(x + self.mlp(x))
         x = x + self.attn(self.norm1(x), key_padding_mask)
         return x + self.mlp(self.norm2(x))
 
@@ -123,7 +138,7 @@ class Encoder(nn.Module):
         self.cfg = cfg
         self.embed = embed
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.final_norm else nn.Identity()
         self.head = head
 
     def pool(self, x: Tensor, key_padding_mask: Tensor | None) -> Tensor:

@@ -258,6 +258,8 @@ def acmize(model: nn.Module, settings: ACMSettings) -> dict[str, ACM]:
             for attn_name, module in attentions:
                 for name in PROJECTIONS:
                     dense: nn.Linear = getattr(module, name)
+                    if dense.in_features != dense.out_features:
+                        continue  # an ACM maps d → d; cross-attention k/v of a narrower decoder stay dense
                     acm = ACM(d, n, rank, "none", min_k=1, **common)
                     _copy_bias(acm, dense.bias)
                     setattr(module, name, acm)

@@ -40,7 +40,8 @@ from typing import Iterator
 import torch
 from torch import Tensor, nn
 
-from bench.models.seq2seq import PAD, DecodeState, EncoderDecoder
+from bench.errors import UserError
+from bench.models.seq2seq import DecodeState, EncoderDecoder
 from methods.cct.model import ControlNet, SlicedFFN, _calibrate
 
 
@@ -82,6 +83,10 @@ class CCTSeq2Seq(EncoderDecoder):
     forward, ``generate`` decodes on the real path at the budgets ``enc_budget_index``/``dec_budget_index``."""
 
     def __init__(self, base: EncoderDecoder, n_budgets: int, slices: int, gate_hidden: int, gate_bias: float):
+        cfg = base.cfg
+        if not cfg.norm_first or (cfg.d_dec, cfg.mlp_dec, cfg.heads_dec) != (cfg.d_model, cfg.d_mlp, cfg.n_heads):
+            raise UserError("cct: its gated blocks are written for pre-norm encoder-decoders with one width; this "
+                            "model is post-norm (e.g. Marian, fairseq's default) or has a narrower decoder")
         super().__init__(base.cfg)
         self.load_state_dict(base.state_dict())
         if base.decoder.head.weight is base.decoder.embed.tok.weight:
@@ -176,7 +181,7 @@ class CCTSeq2Seq(EncoderDecoder):
         src, tgt = self.unpack(x)
         hard = not self.training
         memory, pad = self._encode_masked(src, enc_symbols, hard)
-        self._tokens = {"src": (~pad).to(memory.dtype), "tgt": tgt.ne(PAD).to(memory.dtype)}
+        self._tokens = {"src": (~pad).to(memory.dtype), "tgt": tgt.ne(self.cfg.pad).to(memory.dtype)}
         return self._decode_masked(tgt, memory, pad, dec_symbols, hard)
 
     # --- budget loss ----------------------------------------------------------------------------------

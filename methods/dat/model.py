@@ -57,7 +57,7 @@ class DATModel(EncoderDecoder):
             self.decoder.head.weight = self.decoder.embed.tok.weight
         for name in ("beam", "len_a", "len_b", "len_penalty"):
             setattr(self, name, getattr(base, name))
-        n, d = len(self.decoder.blocks), self.cfg.d_model
+        n, d = len(self.decoder.blocks), self.cfg.d_dec  # decoder width (the encoder's may differ)
         self.n_blocks, self.halting = n, halting
         self.exit_norms = nn.ModuleList(copy.deepcopy(self.decoder.norm) for _ in range(n - 1))
         self.exit_heads = nn.ModuleList(copy.deepcopy(self.decoder.head) for _ in range(n - 1))
@@ -66,8 +66,10 @@ class DATModel(EncoderDecoder):
                 head.weight = self.decoder.embed.tok.weight
         if halting == "geometric":
             self.halt = nn.ModuleList(nn.Linear(d, 1) for _ in range(n - 1))
-        elif halting in ("multinomial", "sequence"):
+        elif halting == "multinomial":
             self.halt = nn.ModuleList([nn.Linear(d, n)])
+        elif halting == "sequence":  # reads the mean encoder output
+            self.halt = nn.ModuleList([nn.Linear(self.cfg.d_model, n)])
         else:
             self.halt = nn.ModuleList()
         for unit in self.halt:  # start near "continue" (geometric) / uniform (multinomial)
@@ -234,18 +236,20 @@ class DATModel(EncoderDecoder):
 def sample_macs_from_log(model: DATModel, log: DecisionLog) -> tuple[Tensor, Tensor]:
     """(MACs per sentence, decoder MACs per sentence) from the decision log of the last ``generate``.
 
-    Per row and step t with exit n (MACs; d = d_model, m = MLP width, V = vocabulary, S = padded source
-    length, N blocks):
+    Per row and step t with exit n (MACs; d = decoder width, m = decoder MLP width, e / m_e = encoder width
+    / MLP width (equal to d / m unless the decoder is narrower), V = vocabulary, S = padded source length,
+    N blocks):
       executed block:  4d² (self q,k,v,o) + 2(t+1)d (QKᵀ, AV) + 2d² (cross q, o) + 2Sd (cross core) + 2dm
       skipped block:   2d² (the upper block's k, v of the copied state)
       halting:         geometric d per evaluated unit (blocks 1..min(n, N−1)); multinomial d·N once;
                        confidence d·V per evaluated classifier below N (its logits are the output when it exits)
       output:          d·V (confidence: only when exiting at N)
-    Per sentence: encoder S·(4d² + 2dm) + 2S²d per encoder block; source K/V 2Sd² per decoder block that
-    computed them; sequence halting d·N.
+    Per sentence: encoder S·(4e² + 2e·m_e) + 2S²e per encoder block; source K/V 2S·e·d per decoder block
+    that computed them; sequence halting e·N.
     """
     cfg = model.cfg
-    d, m, vocab, n_blocks = cfg.d_model, cfg.d_mlp, model.decoder.head.out_features, model.n_blocks
+    d, m, vocab, n_blocks = cfg.d_dec, cfg.mlp_dec, model.decoder.head.out_features, model.n_blocks
+    e, m_e = cfg.d_model, cfg.d_mlp
     s, b = log.src_len, log.batch
     dec = torch.zeros(b, dtype=torch.float64)
     fixed = model.fixed_exit is not None
@@ -265,9 +269,9 @@ def sample_macs_from_log(model: DATModel, log: DecisionLog) -> tuple[Tensor, Ten
             cost = cost + d * vocab
         dec.index_add_(0, rows, cost)
     if log.kv_computed is not None:
-        dec += log.kv_computed.double().sum(dim=0) * 2 * s * d * d
+        dec += log.kv_computed.double().sum(dim=0) * 2 * s * e * d
     if model.halting == "sequence" and not fixed:
-        dec += d * n_blocks
+        dec += e * n_blocks
     enc_blocks = len(model.encoder.blocks)
-    enc = enc_blocks * (s * (4 * d * d + 2 * d * m) + 2 * s * s * d)
+    enc = enc_blocks * (s * (4 * e * e + 2 * e * m_e) + 2 * s * s * e)
     return dec + enc, dec

@@ -5,6 +5,8 @@ Offline default: real English sentences (Debian ``trans-de-en``) spoken by Debia
 the shared encoder skeleton (d 96, 4 layers, 4 heads, MLP 384) and a per-token CTC head over 29 symbols.
 ``commonvoice.eval_set=pocketsphinx`` scores the same model on pocketsphinx-testdata's real recordings;
 ``commonvoice.source=tsv`` reads a CommonVoice release directory through HuggingFace ``datasets``.
+``commonvoice.pretrained=<dir>`` starts from a HuggingFace wav2vec 2.0 / XLS-R CTC checkpoint on disk
+(raw 16 kHz waveform input; tasks/commonvoice/pretrained.py).
 """
 
 from dataclasses import dataclass
@@ -49,6 +51,10 @@ class CommonVoiceConfig:
     grad_clip: float = param(1.0, min=0.0, help="gradient-norm clipping (0 = off)")
     eval_batch: int = param(100, min=1, help="evaluation batch size")
     eval_samples: int = param(0, min=0, help="evaluate on the first N utterances of the eval set (0 = all)")
+    pretrained: str = param("", help="HuggingFace Wav2Vec2ForCTC directory (config.json, model.safetensors or "
+                                     "pytorch_model.bin, vocab.json): the dense base model starts from it and "
+                                     "reads raw 16 kHz audio (d_model/layers/heads/mlp/n_mels/spec_augment are "
+                                     "then unused); train_steps fine-tunes it (0 = evaluate it as is)")
 
 
 SPEC = register_task(TaskSpec(

@@ -21,10 +21,16 @@ and trailing silence of a real recording is.  Hence:
 
 Metric: corpus WER of greedy CTC transcripts after the ``bench-en-v1`` normaliser (text.py), via jiwer
 4.0.0; CER beside it (``extra_metrics``), per-utterance WER/CER/texts in the samples file.
+
+``pretrained=<dir>``: the dense base model is a HuggingFace wav2vec 2.0 / XLS-R CTC checkpoint
+(tasks/commonvoice/pretrained.py): corpora hold waveform clips, labels are mapped into its vocabulary for
+the loss and its greedy CTC output back into the task's symbols for scoring; SpecAugment on log-mel does
+not apply (wav2vec 2.0's own time masking is not implemented).  ``train_steps`` fine-tunes it.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import math
@@ -41,6 +47,7 @@ from bench.errors import UserError
 from bench.models.transformer import EncoderConfig
 from tasks.commonvoice import data as D
 from tasks.commonvoice import features as F
+from tasks.commonvoice import pretrained as P
 from tasks.commonvoice import text as T
 from tasks.commonvoice.model import build_ctc_encoder
 
@@ -73,14 +80,23 @@ class CommonVoiceTask(Task):
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
         self.source = str(cfg.source)
+        self.pretrained = str(cfg.pretrained)
         self.clip_samples = F.seconds_to_samples(float(cfg.clip_seconds))
+        if self.pretrained:
+            self._checkpoint = P.build_model(self.pretrained, "commonvoice.pretrained")
+            self.vocab: P.CheckpointVocab | None = self._checkpoint.vocab
+        else:
+            self.vocab = None
         self.train = self._train_corpus()
         if len(self.train) == 0:
             raise UserError(f"commonvoice: no training utterance fits a {cfg.clip_seconds} s clip; raise "
                             "commonvoice.clip_seconds")
         self.eval = self._eval_corpus()
-        feats = self.train.features.reshape(-1, self.train.features.shape[-1])
-        self.mean, self.std = feats.mean(dim=0), feats.std(dim=0).clamp_min(1e-3)
+        if self.pretrained:  # waveform clips: no log-mel standardisation
+            self.mean, self.std = torch.zeros(1), torch.ones(1)
+        else:
+            feats = self.train.features.reshape(-1, self.train.features.shape[-1])
+            self.mean, self.std = feats.mean(dim=0), feats.std(dim=0).clamp_min(1e-3)
 
     # --- corpora ----------------------------------------------------------------------------------
     def _data_code(self) -> str:
@@ -107,8 +123,14 @@ class CommonVoiceTask(Task):
         c = self.cfg
         key = {"source": "espeak", "sentences": sentences, "seed": seed, "clip": self.clip_samples,
                "n_mels": int(c.n_mels), "width": int(c.max_chars), "code": self._data_code()}
-        corpus = D.cached(Path(self.run.cache_dir), name, key, lambda: D.espeak_corpus(
-            sentences, seed=seed, clip_samples=self.clip_samples, n_mels=int(c.n_mels), label_width=int(c.max_chars)))
+        if self.pretrained:
+            key = {**key, "n_mels": None, "input": "wave", "wave_code": P.code_hash()}
+            corpus = D.cached(Path(self.run.cache_dir), f"{name}-wave", key, lambda: P.espeak_waves(
+                sentences, seed=seed, clip_samples=self.clip_samples, label_width=int(c.max_chars)))
+        else:
+            corpus = D.cached(Path(self.run.cache_dir), name, key, lambda: D.espeak_corpus(
+                sentences, seed=seed, clip_samples=self.clip_samples, n_mels=int(c.n_mels),
+                label_width=int(c.max_chars)))
         dropped = len(sentences) - len(corpus["texts"])
         return Corpus(corpus["features"], corpus["labels"], corpus["texts"], corpus["seconds"],
                       self.clip_samples / F.SAMPLE_RATE,
@@ -134,8 +156,13 @@ class CommonVoiceTask(Task):
         width = max([len(s) for _, s in items] + [1])
         key = {"items": [(str(p), s, D.file_digest(p)) for p, s in items], "clip": clip_samples,
                "n_mels": int(c.n_mels), "width": width, "code": self._data_code()}
-        corpus = D.cached(Path(self.run.cache_dir), name, key, lambda: D.recordings_corpus(
-            items, clip_samples=clip_samples, n_mels=int(c.n_mels), label_width=width, reader=reader))
+        if self.pretrained:
+            key = {**key, "n_mels": None, "input": "wave", "wave_code": P.code_hash()}
+            corpus = D.cached(Path(self.run.cache_dir), f"{name}-wave", key, lambda: P.recording_waves(
+                items, clip_samples=clip_samples, label_width=width, reader=reader))
+        else:
+            corpus = D.cached(Path(self.run.cache_dir), name, key, lambda: D.recordings_corpus(
+                items, clip_samples=clip_samples, n_mels=int(c.n_mels), label_width=width, reader=reader))
         note = f"{len(items)} utterances"
         if lengths is None and dropped:
             note += f" ({dropped} longer than the clip left out)"
@@ -191,6 +218,9 @@ class CommonVoiceTask(Task):
     @property
     def metric_signature(self) -> str:
         c = self.cfg
+        if self.vocab is not None:
+            return (f"wer|jiwer 4.0.0|norm:{T.NORMALIZER}|greedy-ctc|chars:{len(T.VOCAB)} via checkpoint vocab "
+                    f"{self.vocab.size}|wave@16k|clip>={c.clip_seconds:g}s")
         return (f"wer|jiwer 4.0.0|norm:{T.NORMALIZER}|greedy-ctc|chars:{len(T.VOCAB)}|logmel{c.n_mels}"
                 f"@16k/25ms/10ms|clip>={c.clip_seconds:g}s")
 
@@ -202,7 +232,7 @@ class CommonVoiceTask(Task):
         rng = np.random.default_rng([int(self.run.seed), int(step), 7])
         idx = rng.choice(len(self.train), size=min(batch_size, len(self.train)), replace=False)
         x = self.train.features[idx].clone()
-        if bool(self.cfg.spec_augment):
+        if bool(self.cfg.spec_augment) and not self.pretrained:
             self._spec_augment(x, rng)
         return Batch(x, self.train.labels[idx], {"index": torch.as_tensor(idx)})
 
@@ -228,10 +258,13 @@ class CommonVoiceTask(Task):
 
     def example_input(self, batch_size: int) -> Tensor:
         x = self.eval.features[: min(batch_size, len(self.eval))]
-        return x.repeat(-(-batch_size // len(x)), 1, 1)[:batch_size]
+        reps = (-(-batch_size // len(x)),) + (1,) * (x.dim() - 1)
+        return x.repeat(*reps)[:batch_size]
 
     # --- model ------------------------------------------------------------------------------------
     def encoder_config(self, width: float = 1.0, depth: float = 1.0) -> EncoderConfig:
+        if self.pretrained:
+            return self._checkpoint.shape.encoder_config()
         c = self.cfg
         heads = int(c.heads)
         d_model = max(heads, int(round(int(c.d_model) * width / heads)) * heads)
@@ -240,8 +273,25 @@ class CommonVoiceTask(Task):
                              norm_eps=1e-6, pool="mean")
 
     def build_backbone(self, width: float = 1.0, depth: float = 1.0) -> nn.Module:
+        if self.pretrained:
+            if width != 1.0 or depth != 1.0:
+                raise UserError(f"commonvoice.pretrained: the checkpoint has one size; width={width:g}, "
+                                f"depth={depth:g} cannot be built from it (use 1)")
+            model = copy.deepcopy(self._checkpoint.model)
+            if not self._checkpoint.has_head:
+                model.head.proj.reset_parameters()  # a new CTC head, initialised from the run's seed
+            return model
         return build_ctc_encoder(self.encoder_config(width, depth), int(self.cfg.n_mels), len(T.VOCAB),
                                  self.mean, self.std)
+
+    def base_config(self) -> dict[str, Any]:
+        config = super().base_config()
+        if not self.pretrained:
+            config.pop("pretrained", None)  # the default model's key is what it was before the option existed
+        else:
+            config["pretrained_weights"] = self._checkpoint.digest
+            config["pretrained_code"] = P.code_hash()
+        return config
 
     def base_budget(self) -> dict[str, Any]:
         c = self.cfg
@@ -251,16 +301,18 @@ class CommonVoiceTask(Task):
 
     def loss(self, outputs: Tensor, batch: Batch) -> Tensor:
         log_probs = torch.log_softmax(outputs.float(), dim=-1).transpose(0, 1)  # [T, B, V]
-        valid = batch.y >= 0
+        y = batch.y if self.vocab is None else self.vocab.targets(batch.y)
+        blank = T.BLANK if self.vocab is None else self.vocab.blank
+        valid = y >= 0
         target_lengths = valid.sum(dim=1)
         input_lengths = torch.full((outputs.shape[0],), outputs.shape[1], dtype=torch.long,
                                    device=outputs.device)
-        return nn.functional.ctc_loss(log_probs, batch.y[valid], input_lengths, target_lengths, blank=T.BLANK,
+        return nn.functional.ctc_loss(log_probs, y[valid], input_lengths, target_lengths, blank=blank,
                                       reduction="mean", zero_infinity=True)
 
     # --- metric -----------------------------------------------------------------------------------
     def predict(self, outputs: Tensor) -> Tensor:
-        return T.greedy_ctc(outputs)
+        return T.greedy_ctc(outputs) if self.vocab is None else self.vocab.greedy(outputs)
 
     def score(self, predictions: Tensor, targets: Tensor) -> Quality:
         rates = T.error_rates(T.rows_to_text(targets), T.rows_to_text(predictions))

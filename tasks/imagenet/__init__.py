@@ -4,7 +4,7 @@ Offline default: Fashion-MNIST (Debian ``dataset-fashion-mnist``) with a small V
 d 64, 4 layers, 4 heads, MLP 256).  ``imagenet.source=hf`` reads ImageNet-1k (or another image-classification set) through
 HuggingFace ``datasets`` from local files (``imagenet.data_dir``) or the local hub cache
 (``imagenet.hf_name``) with a ViT-B/16-like backbone (``imagenet.arch``), optionally initialised from a
-torchvision-format state dict (``imagenet.pretrained``).  Metric: top-1 accuracy.
+torchvision- or timm/DeiT-format state dict (``imagenet.pretrained``).  Metric: top-1 accuracy.
 """
 
 from dataclasses import dataclass
@@ -38,7 +38,8 @@ class ImageNetConfig:
     layers: int = param(4, min=1, help="arch=small: depth of the dense model")
     heads: int = param(4, min=1, help="arch=small: attention heads (must divide d_model)")
     mlp: int = param(256, min=1, help="arch=small: MLP hidden size")
-    pretrained: str = param("", help="path of a torchvision-format ViT state dict (.pth) for the base model")
+    pretrained: str = param("", help="path of a ViT state dict (.pth) for the base model: torchvision "
+                                     "(vit_b_16 …) or timm/DeiT (deit_small_patch16_224 …) layout, told apart by its keys")
     train_steps: int = param(4690, min=0, help="optimizer steps of the dense base model "
                                                "(4690 = 10 epochs of Fashion-MNIST at batch 128)")
     method_steps: int = param(2345, min=0, help="TOTAL training steps every method gets on top of the base "

@@ -189,12 +189,12 @@ class ImageNetTask(Task):
     def _load_pretrained(self, model: nn.Module) -> None:
         path = str(self.cfg.pretrained)
         if not os.path.exists(path):
-            raise UserError(f"imagenet.pretrained={path}: no such file; give a torchvision-format ViT state "
-                            "dict (.pth)")
+            raise UserError(f"imagenet.pretrained={path}: no such file; give a torchvision- or timm/DeiT-format "
+                            "ViT state dict (.pth)")
         sd = torch.load(path, map_location="cpu", weights_only=True)
         sd = sd.get("model", sd) if isinstance(sd, dict) else sd
         try:
-            model.load_state_dict(V.from_torchvision_state_dict(sd), strict=True)
+            model.load_state_dict(V.load_vit_state_dict(sd)[0], strict=True)
         except (KeyError, ValueError, RuntimeError) as err:
             first = " ".join(str(err).split())[:200]
             raise UserError(f"imagenet.pretrained={path} does not fit arch={self.cfg.arch} "

@@ -13,6 +13,13 @@ except that torchvision packs q/k/v into ``self_attention.in_proj_weight`` [3d, 
 [3d] (``nn.MultiheadAttention``'s convention: rows in q, k, v order), which we split.  See
 :func:`from_torchvision_state_dict` / :func:`to_torchvision_state_dict`.
 
+timm / DeiT state dicts (``deit_small_patch16_224`` etc., Touvron et al. 2021: the same architecture,
+pre-norm, LayerNorm eps 1e-6, GELU, class-token pooling) load through :func:`from_timm_state_dict`:
+``cls_token``, ``pos_embed``, ``patch_embed.proj``, ``blocks.i.{norm1, attn.qkv (q, k, v rows), attn.proj,
+norm2, mlp.fc1, mlp.fc2}``, ``norm``, ``head``.  Distilled DeiT (``dist_token``/``head_dist``), layer
+scale (DeiT-III ``ls1``/``ls2``) and global-average-pooling variants (``fc_norm``) are refused: their keys
+have no counterpart.  ``load_vit_state_dict`` tells the layouts apart by their keys.
+
 Architectures (ViT paper Table 1; Ti/S from DeiT): width d, depth L, heads h, MLP size.  MACs follow the
 torchvision convention (matmul/conv only), which reproduces its published 4.41 / 17.56 / 15.38 / 61.55
 GMACs for B/32, B/16, L/32, L/16 at 224 px (reference/methods.md §10; tested in tests/test_imagenet.py).
@@ -165,6 +172,45 @@ def from_torchvision_state_dict(sd: dict[str, Tensor]) -> dict[str, Tensor]:
     if unknown:
         raise ValueError(f"torchvision keys without a counterpart here: {', '.join(unknown[:5])}")
     return out
+
+
+_TIMM_BLOCK = {"norm1": "norm1", "attn.proj": "attn.o", "norm2": "norm2", "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
+_TIMM_TOP = {"cls_token": "embed.cls", "pos_embed": "embed.pos", "patch_embed.proj.weight": "embed.proj.weight",
+             "patch_embed.proj.bias": "embed.proj.bias", "norm.weight": "norm.weight", "norm.bias": "norm.bias",
+             "head.weight": "head.weight", "head.bias": "head.bias"}
+
+
+def from_timm_state_dict(sd: dict[str, Tensor]) -> dict[str, Tensor]:
+    """timm ``VisionTransformer`` / DeiT state dict → ours (q/k/v split from ``attn.qkv``).  KeyError if a
+    key is missing; unknown timm keys raise ValueError."""
+    out: dict[str, Tensor] = {}
+    used: set[str] = set()
+    for theirs, ours in _TIMM_TOP.items():
+        out[ours] = sd[theirs]
+        used.add(theirs)
+    for i in range(_n_layers(sd, r"blocks\.(\d+)\.")):
+        prefix = f"blocks.{i}."
+        for theirs, ours in _TIMM_BLOCK.items():
+            for kind in ("weight", "bias"):
+                out[f"{prefix}{ours}.{kind}"] = sd[f"{prefix}{theirs}.{kind}"]
+                used.add(f"{prefix}{theirs}.{kind}")
+        for kind in ("weight", "bias"):
+            packed = sd[f"{prefix}attn.qkv.{kind}"]
+            used.add(f"{prefix}attn.qkv.{kind}")
+            for name, part in zip("qkv", packed.chunk(3, dim=0)):
+                out[f"{prefix}attn.{name}.{kind}"] = part.clone()
+    unknown = sorted(set(sd) - used)
+    if unknown:
+        raise ValueError(f"timm keys without a counterpart here: {', '.join(unknown[:5])}")
+    return out
+
+
+def load_vit_state_dict(sd: dict[str, Tensor]) -> tuple[dict[str, Tensor], str]:
+    """(our state dict, layout name) of a torchvision or timm/DeiT ViT state dict (``{"model": ...}``
+    wrappers, as in DeiT's released files, are unwrapped by the caller)."""
+    if "cls_token" in sd or "patch_embed.proj.weight" in sd:
+        return from_timm_state_dict(sd), "timm"
+    return from_torchvision_state_dict(sd), "torchvision"
 
 
 def to_torchvision_state_dict(sd: dict[str, Tensor]) -> dict[str, Tensor]:

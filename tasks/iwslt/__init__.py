@@ -7,6 +7,9 @@ reads IWSLT'14 De-En, WMT or any parallel corpus through HuggingFace ``datasets`
 json/csv files (``data_dir``) or the local hub cache (``hf_name``).  ``wmt`` is the same task with WMT
 defaults (``source=hf``, beam 4, tied decoder embeddings and output classifier); it has no offline data,
 so it needs ``wmt.data_dir`` or ``wmt.hf_name``.
+``pretrained=<dir>`` starts from a Marian (HF, opus-mt) or fairseq transformer checkpoint on disk
+(tasks/iwslt/pretrained.py); ``dec_d_model`` gives the decoder its own width (the DAT paper's IWSLT model:
+encoder 512, decoder 256).
 """
 
 from dataclasses import dataclass
@@ -32,7 +35,9 @@ class TranslationConfig:
     vocab: int = param(1000, min=16, help="joint BPE vocabulary (HF tokenizers, trained on the train split)")
     max_tokens: int = param(48, min=4, help="training pairs longer than this many BPE tokens are dropped; "
                                             "positions = max_tokens + 2")
-    d_model: int = param(64, min=8, help="model width (encoder and decoder)")
+    d_model: int = param(64, min=8, help="model width (encoder; also the decoder unless dec_d_model is set)")
+    dec_d_model: int = param(0, min=0, help="decoder width (0 = d_model); cross-attention k/v map the encoder "
+                                            "width to it (the DAT paper's IWSLT model: d_model=512 dec_d_model=256)")
     enc_layers: int = param(2, min=1, help="encoder blocks")
     dec_layers: int = param(6, min=1, help="decoder blocks N of the dense model (DAT: N exits)")
     heads: int = param(4, min=1, help="attention heads")
@@ -57,6 +62,11 @@ class TranslationConfig:
     eval_batch: int = param(100, min=1, help="evaluation batch size (sentences, sorted by source length)")
     eval_samples: int = param(0, min=0, help="evaluate on the first N sentences of the eval split (0 = all)")
     train_samples: int = param(0, min=0, help="use the first N training pairs only (0 = all; tests)")
+    pretrained: str = param("", help="checkpoint directory for the dense base model: HuggingFace Marian "
+                                     "(config.json, model.safetensors, source.spm, target.spm, vocab.json) or "
+                                     "fairseq (checkpoint_best.pt, dict.<src>.txt, dict.<tgt>.txt); the "
+                                     "architecture and vocabulary then come from it (vocab/d_model/layers/heads/"
+                                     "mlp unused); train_steps fine-tunes it (0 = evaluate it as is)")
     valid_size: int = param(500, min=1, help="trans-de-en: validation sentences")
     test_size: int = param(1000, min=1, help="trans-de-en: test sentences")
 

@@ -14,10 +14,16 @@ of every beam hypothesis, output projections); the samples table adds ``decoder_
 
 Static depth (``dense.depth``) scales the *decoder* depth only, as the Depth-Adaptive Transformer's
 baselines do (the encoder stays fixed); ``dense.width`` scales d_model and the MLP.
+
+``pretrained=<dir>``: the dense base model is a Marian or fairseq checkpoint (tasks/iwslt/pretrained.py):
+its tokenizer/dictionaries replace the BPE, its special ids (pad, decoder start, EOS) are used in batches
+and decoding; ``train_steps`` fine-tunes it.  A checkpoint has one size: ``dense.width``/``dense.depth``
+other than 1 are refused.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import inspect
@@ -32,6 +38,7 @@ import bench.models.seq2seq as S
 from bench.api import Batch, Quality, Task
 from bench.errors import UserError
 from tasks.iwslt import data as D
+from tasks.iwslt import pretrained as P
 
 
 def _source_hash(*modules: Any) -> str:
@@ -69,6 +76,13 @@ class TranslationTask(Task):
             self._eval_pairs = D.Pairs(self._eval_pairs.src[:limit], self._eval_pairs.tgt[:limit])
         self.positions = int(cfg.max_tokens) + 2
         self._batch_cache: dict[tuple[int, int], list[np.ndarray]] = {}
+        self.checkpoint: P.CheckpointText | None = None
+        self.pad, self.bos, self.eos = S.PAD, S.BOS, S.EOS
+        if str(cfg.pretrained):
+            self.checkpoint = P.load(str(cfg.pretrained), f"{self.name}.pretrained", str(cfg.src_lang),
+                                     str(cfg.tgt_lang))
+            self.pad, self.bos, self.eos = self.checkpoint.pad, self.checkpoint.bos, self.checkpoint.eos
+            self.positions = min(self.positions, self.checkpoint.model.cfg.max_positions)
 
     # --- data ---------------------------------------------------------------------------------------
     @functools.cached_property
@@ -91,10 +105,16 @@ class TranslationTask(Task):
     def _ids(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self.tokenizer.encode_batch(texts)]
 
+    def _src_ids(self, texts: list[str]) -> list[list[int]]:
+        return self._ids(texts) if self.checkpoint is None else self.checkpoint.encode_src(texts)
+
+    def _tgt_ids(self, texts: list[str]) -> list[list[int]]:
+        return self._ids(texts) if self.checkpoint is None else self.checkpoint.encode_tgt(texts)
+
     @functools.cached_property
     def _train_ids(self) -> tuple[list[list[int]], list[list[int]]]:
         pairs = self.train_pairs
-        src, tgt = self._ids(pairs.src), self._ids(pairs.tgt)
+        src, tgt = self._src_ids(pairs.src), self._tgt_ids(pairs.tgt)
         keep = [i for i in range(len(src)) if 0 < len(src[i]) <= self.positions - 2
                 and 0 < len(tgt[i]) <= self.positions - 2]
         if not keep:
@@ -103,7 +123,10 @@ class TranslationTask(Task):
 
     @functools.cached_property
     def _eval_ids(self) -> tuple[list[list[int]], np.ndarray]:
-        src = [ids[: self.positions - 2] for ids in self._ids(self._eval_pairs.src)]
+        if self.checkpoint is None:
+            src = [ids[: self.positions - 2] for ids in self._ids(self._eval_pairs.src)]
+        else:
+            src = [P.truncate(ids, self.positions - 2, self.eos) for ids in self._src_ids(self._eval_pairs.src)]
         order = np.array(sorted(range(len(src)), key=lambda i: (len(src[i]), i)), dtype=np.int64)
         return src, order
 
@@ -121,13 +144,14 @@ class TranslationTask(Task):
             bleu = BLEU()
             bleu.corpus_score(["a"], [["a"]])
             self._signature = str(bleu.get_signature())
-        return (f"sacrebleu {self._signature}; detokenized BPE{int(self.cfg.vocab)} output vs raw references; "
+        output = f"detokenized BPE{int(self.cfg.vocab)} output" if self.checkpoint is None else \
+            f"{self.checkpoint.kind} checkpoint output (its tokenizer's decoding)"
+        return (f"sacrebleu {self._signature}; {output} vs raw references; "
                 f"beam {int(self.cfg.beam)}, len cap {self.cfg.len_a:g}|x|+{int(self.cfg.len_b)}, "
                 f"lenpen {self.cfg.len_penalty:g}")
 
-    @staticmethod
-    def _pack(src: list[list[int]], tgt_in: list[list[int]] | None, width: int) -> Tensor:
-        x = torch.zeros(len(src), 2, width, dtype=torch.long)
+    def _pack(self, src: list[list[int]], tgt_in: list[list[int]] | None, width: int) -> Tensor:
+        x = torch.full((len(src), 2, width), self.pad, dtype=torch.long)
         for i, ids in enumerate(src):
             x[i, 0, : len(ids)] = torch.as_tensor(ids)
             if tgt_in is not None:
@@ -167,11 +191,11 @@ class TranslationTask(Task):
         epoch, pos = divmod(step, per_epoch)
         idx = self._epoch_batches(epoch, batch_size)[pos]
         s = [src[i] for i in idx]
-        t_in = [[S.BOS] + tgt[i] for i in idx]
-        t_out = [tgt[i] + [S.EOS] for i in idx]
+        t_in = [[self.bos] + tgt[i] for i in idx]
+        t_out = [tgt[i] + [self.eos] for i in idx]
         width = max(max(len(a) for a in s), max(len(a) for a in t_in))
         x = self._pack(s, t_in, width)
-        y = torch.zeros(len(idx), width, dtype=torch.long)
+        y = torch.full((len(idx), width), self.pad, dtype=torch.long)
         for i, ids in enumerate(t_out):
             y[i, : len(ids)] = torch.as_tensor(ids)
         return Batch(x, y, {"index": torch.as_tensor(idx)})
@@ -192,16 +216,31 @@ class TranslationTask(Task):
 
     # --- model --------------------------------------------------------------------------------------
     def model_config(self, width: float = 1.0) -> S.Seq2SeqConfig:
+        if self.checkpoint is not None:
+            return self.checkpoint.model.cfg
         c = self.cfg
         heads = int(c.heads)
         d = max(heads, int(round(int(c.d_model) * width / heads)) * heads)
         if int(c.d_model) % heads:
             raise UserError(f"{self.name}.d_model={c.d_model} is not divisible by {self.name}.heads={heads}")
+        dec = 0
+        if int(c.dec_d_model):
+            if int(c.dec_d_model) % heads:
+                raise UserError(f"{self.name}.dec_d_model={c.dec_d_model} is not divisible by "
+                                f"{self.name}.heads={heads}")
+            dec = max(heads, int(round(int(c.dec_d_model) * width / heads)) * heads)
         return S.Seq2SeqConfig(vocab=self.tokenizer.get_vocab_size(), d_model=d, enc_layers=int(c.enc_layers),
                                dec_layers=int(c.dec_layers), n_heads=heads, d_mlp=max(1, int(round(int(c.mlp) * width))),
-                               dropout=float(c.dropout), max_positions=self.positions)
+                               dropout=float(c.dropout), max_positions=self.positions, dec_d_model=dec)
 
     def build_backbone(self, width: float = 1.0, depth: float = 1.0) -> nn.Module:
+        if self.checkpoint is not None:
+            if width != 1.0 or depth != 1.0:
+                raise UserError(f"{self.name}.pretrained: the checkpoint has one size; width={width:g}, "
+                                f"depth={depth:g} cannot be built from it (use 1)")
+            model = copy.deepcopy(self.checkpoint.model)
+            self.configure(model)
+            return model
         cfg = self.model_config(width)
         model = S.EncoderDecoder(cfg, dec_layers=max(1, int(round(cfg.dec_layers * depth))))
         if bool(self.cfg.tie_output):
@@ -222,7 +261,14 @@ class TranslationTask(Task):
         training = (S.Seq2SeqConfig, S.TokenEmbed, S._split, S._merge, S.attend, S.SelfAttention, S.CrossAttention,
                     S.DecoderBlock, S.Decoder, S_ED.__init__, S_ED.unpack, S_ED.encode, S_ED.decoder_states,
                     S_ED.forward)
-        return {**super().base_config(), "seq2seq_code": _source_hash(*training)}
+        config = {**super().base_config(), "seq2seq_code": _source_hash(*training)}
+        # Options added later leave the key of a model that does not use them as it was.
+        for option in ("pretrained", "dec_d_model"):
+            if not config.get(option):
+                config.pop(option, None)
+        if self.checkpoint is not None:
+            config.update(pretrained_weights=self.checkpoint.digest, pretrained_code=P.code_hash())
+        return config
 
     def base_budget(self) -> dict[str, Any]:
         return {"steps": int(self.cfg.train_steps), "batch_size": int(self.cfg.batch_size), "lr": float(self.cfg.lr),
@@ -236,7 +282,7 @@ class TranslationTask(Task):
 
     def loss(self, outputs: Tensor, batch: Batch) -> Tensor:
         y = batch.y[:, : outputs.shape[1]]
-        return F.cross_entropy(outputs.reshape(-1, outputs.shape[-1]).float(), y.reshape(-1), ignore_index=S.PAD,
+        return F.cross_entropy(outputs.reshape(-1, outputs.shape[-1]).float(), y.reshape(-1), ignore_index=self.pad,
                                label_smoothing=float(self.cfg.label_smoothing))
 
     # --- inference and metric -----------------------------------------------------------------------
@@ -254,6 +300,8 @@ class TranslationTask(Task):
                 "decoder_macs_per_token": dec / length.clamp(min=1).double()}
 
     def detokenize(self, predictions: Tensor) -> list[str]:
+        if self.checkpoint is not None:
+            return self.checkpoint.decode(predictions)
         rows = [[int(t) for t in row if int(t) > D.SPECIALS.index("</s>")] for row in predictions]
         return self.tokenizer.decode_batch(rows, skip_special_tokens=True)
 
