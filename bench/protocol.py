@@ -44,11 +44,12 @@ StartsFrom = Literal["base", "scratch"]
 class Policy:
     """Optimiser policy of a stage: learning-rate warm-up, gradient clipping and weight decay.
 
-    ``warmup`` < 1 is a fraction of the stage's steps (at least one step), >= 1 a number of steps;
-    ``warmup_cap`` (optional) bounds it.  The schedule after warm-up is always cosine to zero."""
+    ``warmup`` < 1 is a fraction of the stage's steps (rounded, at least one step), >= 1 a number of steps;
+    ``warmup_cap`` (optional, a fraction of the stage's steps, rounded down) bounds it.  The schedule after
+    warm-up is always cosine to zero."""
 
     warmup: float = 0.0
-    warmup_cap: int | None = None
+    warmup_cap: float | None = None
     grad_clip: float | None = 1.0
     weight_decay: float = 0.0
 
@@ -56,7 +57,7 @@ class Policy:
         if self.warmup <= 0:
             return 0
         n = max(1, round(self.warmup * steps)) if self.warmup < 1 else int(self.warmup)
-        return min(n, self.warmup_cap) if self.warmup_cap is not None else n
+        return min(n, int(steps * self.warmup_cap)) if self.warmup_cap is not None else n
 
     def describe(self) -> dict[str, Any]:
         return {"warmup": self.warmup, "warmup_cap": self.warmup_cap, "grad_clip": self.grad_clip,
@@ -130,8 +131,7 @@ def short_stage_policy(task: "Task") -> Policy:
     """The task's base policy with its warm-up capped at 10% of the stage (a fine-tuning stage is much
     shorter than the base model's training, whose warm-up would otherwise take most of it)."""
     base = base_policy(task)
-    return Policy(warmup=0.1 if base.warmup else 0.0, warmup_cap=int(base.warmup) if base.warmup else None,
-                  grad_clip=base.grad_clip, weight_decay=base.weight_decay)
+    return Policy(warmup=base.warmup, warmup_cap=0.1, grad_clip=base.grad_clip, weight_decay=base.weight_decay)
 
 
 def task_loss(task: "Task") -> Callable[[nn.Module, Batch, StepContext], Tensor]:

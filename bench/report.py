@@ -304,14 +304,17 @@ def _curve_labels(rows) -> list[str]:
     table."""
     if "setting" not in rows:
         rows = rows.assign(setting="")
+    protocol = (rows["protocol"] if "protocol" in rows else rows["method"].map(lambda _: math.nan)).fillna(1)
+    protocols_per_method = protocol.groupby(rows["method"]).nunique()
     knobs_per_method = rows.groupby("method")["knob_name"].nunique()
     short = {m: _distinct_parts([str(v) for v in group.unique()])
              for m, group in rows.fillna({"variant": ""}).groupby("method")["variant"]}
     labels = []
-    for method, variant, setting, knob in rows[CURVE_KEY].itertuples(index=False):
+    for (method, variant, setting, knob), version in zip(rows[CURVE_KEY].itertuples(index=False), protocol):
         variant = "" if variant != variant else str(variant)  # NaN -> ""
         label = method + (f" [{short[method][variant]}]" if variant and len(short[method]) > 1 else "")
         label += f" [{setting}]" if setting == setting and setting else ""
+        label += f" [protocol {int(version)}]" if protocols_per_method[method] > 1 else ""  # never one curve
         labels.append(label + (f" ({knob})" if knobs_per_method[method] > 1 else ""))
     return labels
 

@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-SCHEMA_VERSION = 3  # 2: same-process dense timing ratios and the cost check; 3: load average, code version
+SCHEMA_VERSION = 4  # 2: same-process dense timing ratios and the cost check; 3: load average, code version;
+# 4: the training protocol's version
+# The training protocol a row's model was trained under: 1 = each method's own budget, data order and seeds
+# (rows without this column); 2 = stages run by the core (bench/protocol.py: one method budget, data
+# continuing after the base model, per-step seeds).  Reports never join rows of two versions in one curve.
+PROTOCOL_VERSION = 2
 FILE_MODE = 0o644  # mkstemp creates 0600; result files are meant to be read by everyone
 
 # Run-level keys that cannot change a row's quality, cost or samples: they never enter the config hash
@@ -98,6 +103,7 @@ class ResultRow:
     timing_cpus: int = 0
     # hash of the code that made the row's model (method, task, skeleton, training loop; schema 3; "" before)
     code_version: str = ""
+    protocol: int = PROTOCOL_VERSION
 
 
 COLUMNS = [f.name for f in dataclasses.fields(ResultRow)]

@@ -219,3 +219,17 @@ def test_dense_rows_with_another_base_budget_are_their_own_variant(tmp_path):
     assert variant() == ""
     assert variant("parity.train_steps=7") == "train_steps=7 (default 20000)"
     assert variant("parity.train_steps=7", "parity.lr=0.5") == "train_steps=7 (default 20000);lr=0.5 (default 0.001)"
+
+
+def test_rows_of_two_protocol_versions_never_share_a_curve(tmp_path):
+    """A row without the ``protocol`` column was trained under protocol 1; the report keeps its points on
+    their own curve, apart from the same method's protocol-2 points."""
+    rows = [_row("dense", "static", 1.0, 1.0, 0.90), _row("acm", "train", 0.1, 0.5, 0.85),
+            _row("acm", "train", 0.2, 0.6, 0.87)]
+    rows[1].protocol = 1
+    for i, row in enumerate(rows):
+        results.append(tmp_path, row, f"p{i}")
+    (view,) = report.task_views(results.load(tmp_path))
+    acm = view.points[view.points["method"] == "acm"]
+    assert sorted(acm["curve"]) == ["acm [protocol 1]", "acm [protocol 2]"]
+    assert set(view.points.loc[view.points["method"] == "dense", "curve"]) == {"dense"}

@@ -97,7 +97,8 @@ def test_allocation_seeds_and_policy():
     assert step_seed(0, "a", 1) == step_seed(0, "a", 1) != step_seed(0, "a", 2) != step_seed(0, "b", 1)
     assert Policy(warmup=0.05).warmup_steps(100) == 5 and Policy(warmup=0.05).warmup_steps(3) == 1
     assert Policy(warmup=200).warmup_steps(1000) == 200
-    assert Policy(warmup=0.1, warmup_cap=3).warmup_steps(100) == 3
+    assert Policy(warmup=200, warmup_cap=0.1).warmup_steps(1876) == 187  # a short stage: 10% of it, rounded down
+    assert Policy(warmup=200, warmup_cap=0.1).warmup_steps(5000) == 200
     assert Policy().warmup_steps(100) == 0
 
 
