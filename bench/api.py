@@ -9,7 +9,7 @@ MACs.  The runner (bench/runner.py) drives both with the same protocol for every
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
 from torch import Tensor, nn
@@ -36,6 +36,24 @@ class Batch:
 
     def to(self, device: str | torch.device) -> "Batch":
         return Batch(self.x.to(device), self.y.to(device), {k: v.to(device) for k, v in self.meta.items()})
+
+
+@dataclass
+class Inference:
+    """What one evaluation forward of an adaptive model returns to the runner: the task outputs, each
+    sample's MACs from the decisions the method took, and further per-sample columns (decisions such as
+    learners per token, exit blocks, tape lengths; the task's own, e.g. decoder MACs per token).  The
+    runner reads nothing else: no state left on modules."""
+
+    outputs: Tensor
+    macs: Tensor  # [B] float64
+    columns: dict[str, Tensor] = field(default_factory=dict)  # each [B]
+
+    def __post_init__(self) -> None:
+        n = int(self.macs.shape[0])
+        bad = [k for k, v in self.columns.items() if int(v.shape[0]) != n]
+        if bad:
+            raise ValueError(f"per-sample columns {bad} do not have one value per sample ({n})")
 
 
 @dataclass
@@ -181,6 +199,16 @@ class Method:
 
         return protocol.train(self)
 
+    def infer(self, model: nn.Module, batch: Batch,
+              forward: Callable[[nn.Module, Tensor], Tensor] | None = None) -> Inference:
+        """One evaluation forward on ``batch`` as a typed result: the task's inference (``forward``, default
+        ``task.infer``: what the runner also counts and times) followed by the per-sample MACs and columns
+        of the decisions that forward took.  The decision log a method keeps on its own modules is read
+        here, by the method, and by nothing else."""
+        outputs = (forward or self.task.infer)(model, batch.x)
+        columns = {**self.sample_columns(model, batch), **self.task.extra_columns(model, batch)}
+        return Inference(outputs, self.sample_macs(model, batch).double(), columns)
+
     def knob_values(self) -> list[Any]:
         """Points of this run: several for an eval-time knob, one for a training-time or static knob."""
         raise NotImplementedError
@@ -189,11 +217,12 @@ class Method:
         pass
 
     def sample_macs(self, model: nn.Module, batch: Batch) -> Tensor:
-        """Per-sample MACs of the last forward of ``model`` on ``batch``, from its logged decisions."""
+        """Per-sample MACs of the forward that :meth:`infer` just ran, from its logged decisions."""
         raise NotImplementedError
 
     def sample_columns(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
-        """Extra per-sample columns of the last forward (e.g. ponder steps), kept beside the row."""
+        """Extra per-sample columns of the forward :meth:`infer` just ran (e.g. ponder steps), kept beside
+        the row."""
         return {}
 
     def variant(self) -> str:

@@ -64,11 +64,10 @@ def evaluate(method: Method, model: torch.nn.Module, task: Task, *, limit: int, 
     for batch in tqdm(list(_batches(task, limit)), desc="evaluate", leave=False,
                       disable=os.environ.get("BENCH_QUIET") == "1"):
         batch = batch.to(device)
-        outputs = task.infer(model, batch.x)
-        preds.append(task.predict(outputs).cpu())
+        result = method.infer(model, batch)
+        preds.append(task.predict(result.outputs).cpu())
         targets.append(batch.y.cpu())
-        extra = {"macs": method.sample_macs(model, batch), **batch.meta,
-                 **method.sample_columns(model, batch), **task.extra_columns(model, batch)}
+        extra = {"macs": result.macs, **batch.meta, **result.columns}
         for key, value in extra.items():
             columns.setdefault(key, []).append(value.detach().cpu())
     predictions, target = torch.cat(preds), torch.cat(targets)
@@ -86,10 +85,18 @@ def counted_macs(method: Method, model: torch.nn.Module, task: Task, *, batches:
         if i >= batches:
             break
         batch = batch.to(device)
-        report = cost.count(lambda x: task.infer(model, x), batch.x)
-        counted += report.macs
-        uncounted.update(report.uncounted)
-        logged += float(method.sample_macs(model, batch).double().sum())
+        reports: list[cost.CostReport] = []
+
+        def counted_forward(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+            with cost.count_macs() as counter:  # the forward alone is counted, not the log's arithmetic
+                out = task.infer(m, x)
+            reports.append(counter.report)
+            return out
+
+        result = method.infer(model, batch, forward=counted_forward)
+        counted += reports[0].macs
+        uncounted.update(reports[0].uncounted)
+        logged += float(result.macs.sum())
         samples += len(batch)
     return counted / samples, logged / samples, sorted(uncounted)
 

@@ -9,6 +9,8 @@ not depend on batch composition.
 import pytest
 import torch
 
+from bench.api import Batch
+
 from bench import cost
 from tests.helpers import build_tiny, matrix_cases
 
@@ -101,12 +103,26 @@ def _check_cost_and_invariance(method, task, variant, workdir):
     def infer(x):  # the task's evaluation forward (decoding for translation)
         return task_impl.infer(model, x)
 
+    def counted_infer(m, x):  # the forward alone under the counter, as the runner counts it
+        with cost.count_macs() as counter:
+            out = task_impl.infer(m, x)
+        reports.append(counter.report)
+        return out
+
     for value in method_impl.knob_values():
         method_impl.set_knob(model, value)
+        reports = []
         with torch.inference_mode():
-            report = cost.count(infer, batch.x)
-            logged = method_impl.sample_macs(model, batch)
-        assert logged.shape == (len(batch),)
+            result = method_impl.infer(model, batch, forward=counted_infer)  # the typed result the runner reads
+            half_result = method_impl.infer(model, Batch(batch.x[: len(batch) // 2], batch.y[: len(batch) // 2]))
+        report, logged = reports[0], result.macs
+        assert logged.shape == (len(batch),) and logged.dtype == torch.float64
+        assert all(v.shape[0] == len(batch) for v in result.columns.values())
+        if result.outputs.is_floating_point():
+            # per-sample costs do not depend on what else is in the batch (a decoding task's encoder runs
+            # over the batch's padded source width, and each sentence is charged its row of it: there the
+            # cost depends on the batch's longest source, as the executed work does)
+            torch.testing.assert_close(half_result.macs, logged[: len(batch) // 2], rtol=1e-9, atol=0.0)
         assert report.uncounted == [], f"ops executed without a MAC formula: {report.uncounted}"
         assert report.macs > 0
         assert float(logged.sum()) == pytest.approx(report.macs, rel=0.01), (

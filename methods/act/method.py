@@ -9,6 +9,7 @@ evaluated on the real path (only running samples/tokens are computed).
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from bench.api import Batch, Method
@@ -25,7 +26,8 @@ class ACT(Method):
         common = dict(epsilon=float(cfg.epsilon), max_steps=int(cfg.max_steps),
                       halt_bias_init=float(cfg.halt_bias_init))
         if "rnn" in self.capabilities():  # the task's recurrent cell's sizes, read from its dense backbone
-            rnn = self.task.build_backbone()
+            with torch.random.fork_rng():  # built aside: the ACT model's initialisation draws come first
+                rnn = self.task.build_backbone()
             return act_model.ACTRNN(int(self.task.example_input(1).shape[-1]), int(rnn.cell.hidden), **common)
         # The task's own embedding and head around one shared block (Universal Transformer + ACT).
         backbone = self.task.build_backbone()
