@@ -48,6 +48,9 @@ class Inference:
     outputs: Tensor
     macs: Tensor  # [B] float64
     columns: dict[str, Tensor] = field(default_factory=dict)  # each [B]
+    # [B, T]: the share of its possible compute each input token received (learners run, blocks run, ...)
+    # for methods whose decisions are per token; the run keeps it for the first samples, for figures
+    token_compute: Tensor | None = None
 
     def __post_init__(self) -> None:
         n = int(self.macs.shape[0])
@@ -62,6 +65,30 @@ class Quality:
     per_sample: Tensor  # per-sample score (1/0 correctness for accuracy)
     extra: dict[str, float] = field(default_factory=dict)  # further corpus-level metrics (e.g. CER)
     columns: dict[str, Any] = field(default_factory=dict)  # further per-sample columns (e.g. texts)
+
+
+def encode_image(image: Tensor) -> str:
+    """[C, H, W] image (any range) → "CxHxW:" + base64 of its min-max scaled uint8 pixels (a per-sample field
+    figures decode with :func:`decode_image`)."""
+    import base64
+
+    img = image.detach().float().cpu()
+    img = (img - img.min()) / (img.max() - img.min()).clamp_min(1e-8)
+    pixels = (img * 255).round().to(torch.uint8).numpy().tobytes()
+    c, h, w = img.shape
+    return f"{c}x{h}x{w}:" + base64.b64encode(pixels).decode()
+
+
+def decode_image(text: str):
+    """The inverse of :func:`encode_image`: an [H, W] (gray) or [H, W, C] float array in [0, 1]."""
+    import base64
+
+    import numpy as np
+
+    shape, data = text.split(":", 1)
+    c, h, w = (int(v) for v in shape.split("x"))
+    img = np.frombuffer(base64.b64decode(data), dtype=np.uint8).reshape(c, h, w).astype(np.float32) / 255.0
+    return img[0] if c == 1 else img.transpose(1, 2, 0)
 
 
 class Task:
@@ -148,6 +175,11 @@ class Task:
         correct = (predictions == targets).float()
         return Quality(float(correct.mean()), correct)
 
+    def preview(self, x: Tensor) -> list[str] | None:
+        """A compact text form of each input that figures can show (images: see :func:`encode_image`);
+        None for inputs with no picture.  The run keeps it for the first samples only."""
+        return None
+
     def sample_table(self, predictions: Tensor, targets: Tensor) -> dict[str, Any]:
         """Per-sample ``target``/``prediction`` columns of the samples file (one value per sample; tasks
         whose predictions are sequences turn them into text)."""
@@ -207,7 +239,13 @@ class Method:
         here, by the method, and by nothing else."""
         outputs = (forward or self.task.infer)(model, batch.x)
         columns = {**self.sample_columns(model, batch), **self.task.extra_columns(model, batch)}
-        return Inference(outputs, self.sample_macs(model, batch).double(), columns)
+        return Inference(outputs, self.sample_macs(model, batch).double(), columns,
+                         self.token_compute(model, batch))
+
+    def token_compute(self, model: nn.Module, batch: Batch) -> Tensor | None:
+        """[B, T] share of the possible compute each token of the forward :meth:`infer` just ran received
+        (None: the method's decisions are not per token)."""
+        return None
 
     def knob_values(self) -> list[Any]:
         """Points of this run: several for an eval-time knob, one for a training-time or static knob."""

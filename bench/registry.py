@@ -75,6 +75,10 @@ class MethodSpec:
     # Overrides of evaluation-only keys (eval-time knob values and the like): tests check that changing
     # them retrains nothing.
     eval_examples: tuple[str, ...] = ()
+    # Figures `bench report` draws from rows: "module:function" taking (rows, results_dir, reports_dir, stem)
+    # like TaskSpec.figures, called for every (task, dataset) where this method has rows.  No figure builds
+    # or trains a model: what one needs beyond the rows is a per-sample field that the run writes.
+    figures: str = ""
     # Paper claims `bench report` evaluates: "module:attr" naming a list of bench.claims.Claim; "" = the
     # ``CLAIMS`` list of a ``claims`` module beside ``impl``, if there is one (methods/<name>/claims.py)
     claims: str = ""

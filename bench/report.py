@@ -770,6 +770,22 @@ def task_figures(view: TaskView, results_dir: Path, reports_dir: Path, stem: str
     return [Path(p) for p in draw(*args)]
 
 
+def method_figures(view: TaskView, results_dir: Path, reports_dir: Path, stem: str) -> list[Path]:
+    """The figures each method with rows in this (task, dataset) registers (``MethodSpec.figures``), drawn
+    from the view's rows and their per-sample files; files are named after ``stem``."""
+    from bench import registry
+
+    written: list[Path] = []
+    for name in sorted(view.rows["method"].unique()):
+        try:
+            spec = registry.method_spec(name)
+        except registry.RegistryError:
+            continue  # rows of a method whose plugin is not loaded
+        if spec.figures:
+            written += [Path(p) for p in registry.load_impl(spec.figures)(view.rows, results_dir, reports_dir, stem)]
+    return written
+
+
 SLUG_MAX = 60  # longer dataset descriptions are cut and made unique by a hash of the full text
 
 
@@ -853,6 +869,7 @@ def main(results_dir: str = "results", reports_dir: str = "reports", echo=print)
                                                 note=timed[1]))
             notes[key] = ["", f"Latency figure: {md_escape(timed[1])}."]
         paths += task_figures(view, Path(results_dir), out, stem)
+        paths += method_figures(view, Path(results_dir), out, stem)
         figures[key] = [p.name for p in paths]
         written += [str(p) for p in paths]
     clash = sorted({p for p in written if written.count(p) > 1})

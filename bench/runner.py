@@ -26,6 +26,10 @@ from bench.timing import Timing, measure_against_dense
 
 log = logging.getLogger("bench")
 
+# Samples whose per-token decisions (``token_compute``) and input (``input_preview``) the samples file keeps,
+# for the figures `bench report` draws from rows (e.g. ACM's per-patch heatmaps).
+PREVIEW_SAMPLES = 16
+
 # Keys that do not change what a run computes (excluded from the config hash): see bench/results.py.
 NON_RESULT_KEYS = results.NON_RESULT_KEYS
 
@@ -60,6 +64,8 @@ def evaluate(method: Method, model: torch.nn.Module, task: Task, *, limit: int, 
     import pandas as pd
 
     columns: dict[str, list[torch.Tensor]] = {}
+    previews: list[str] = []  # token maps and input previews of the first PREVIEW_SAMPLES samples
+    maps: list[str] = []
     preds, targets = [], []
     for batch in tqdm(list(_batches(task, limit)), desc="evaluate", leave=False,
                       disable=os.environ.get("BENCH_QUIET") == "1"):
@@ -67,6 +73,13 @@ def evaluate(method: Method, model: torch.nn.Module, task: Task, *, limit: int, 
         result = method.infer(model, batch)
         preds.append(task.predict(result.outputs).cpu())
         targets.append(batch.y.cpu())
+        keep = max(0, PREVIEW_SAMPLES - len(maps))
+        if keep:
+            shown = task.preview(batch.x[:keep]) if result.token_compute is not None else None
+            tokens = result.token_compute[:keep].cpu() if result.token_compute is not None else None
+            for i in range(min(keep, len(batch))):
+                maps.append(" ".join(f"{v:.3g}" for v in tokens[i].tolist()) if tokens is not None else "")
+                previews.append(shown[i] if shown is not None else "")
         extra = {"macs": result.macs, **batch.meta, **result.columns}
         for key, value in extra.items():
             columns.setdefault(key, []).append(value.detach().cpu())
@@ -74,6 +87,10 @@ def evaluate(method: Method, model: torch.nn.Module, task: Task, *, limit: int, 
     quality = task.score(predictions, target)
     table = {**task.sample_table(predictions, target), "score": quality.per_sample.numpy(), **quality.columns}
     table.update({k: torch.cat(v).numpy() for k, v in columns.items()})
+    if any(maps):  # per-token decisions (and the inputs they refer to) for figures: first samples only
+        n = len(predictions)
+        table["token_compute"] = (maps + [""] * n)[:n]
+        table["input_preview"] = (previews + [""] * n)[:n]
     return quality, pd.DataFrame(table)
 
 

@@ -343,12 +343,30 @@ def test_registration_is_light_and_support_needs_an_encoder():
     assert registry.support_reason(spec, parity, sequence) is None
 
 
-def test_figures_are_written(tmp_path):
-    from methods.acm.figures import draw_figures
+def test_figures_are_drawn_from_rows_only(tmp_path):
+    """A real (tiny) run writes the per-token maps and input previews of its first samples; the figures
+    are drawn from the rows and samples files alone, building no model."""
+    from bench import results, runner
+    from methods.acm.figures import figures
+    from tests.helpers import compose_tiny
 
-    method = make_method(tmp_path / "c", beta_target=0.5, min_distill_steps=1, min_gate_steps=1)
-    method.task.cfg.method_steps = 4
-    model = method.build()
-    paths = draw_figures(model, method.task, tmp_path / "reports", n_images=3, limit=32)
-    assert [Path(p).name for p in paths] == ["acm_heatmaps_0.5.png", "acm_cost_hist.png"]
+    cfg = compose_tiny("acm", "imagenet", tmp_path, "timing=false", "acm.beta_target=0.5")
+    runner.run(cfg, "acm", "imagenet", "test")
+    rows = results.load(tmp_path / "results")
+    samples = results.load_samples(tmp_path / "results", "imagenet", "acm", rows["run_id"].iloc[0])
+    kept = samples["token_compute"].fillna("").astype(str).str.len() > 0
+    assert int(kept.sum()) == runner.PREVIEW_SAMPLES and bool(kept.iloc[: runner.PREVIEW_SAMPLES].all())
+    assert samples["input_preview"].iloc[0].startswith("1x28x28:")
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a figure built a model")
+
+    import bench.run
+    original = bench.run.RunContext.base_model
+    bench.run.RunContext.base_model = no_model
+    try:
+        paths = figures(rows, tmp_path / "results", tmp_path / "reports", "imagenet")
+    finally:
+        bench.run.RunContext.base_model = original
+    assert [Path(p).name for p in paths] == ["imagenet_acm_heatmaps_0.5.png", "imagenet_acm_cost_hist.png"]
     assert all(Path(p).stat().st_size > 5000 for p in paths)

@@ -176,10 +176,15 @@ def test_calibration_sets_median_halting_score():
             assert float(model.scores(h).median()) == pytest.approx(0.1, abs=1e-3), l
 
 
-def test_tokens_kept_figure(tmp_path):
-    from methods.avit.figures import tokens_kept_figure
-    from tests.helpers import build_tiny
+def test_tokens_kept_figures_from_rows(tmp_path):
+    from bench import results, runner
+    from methods.avit.figures import figures
+    from tests.helpers import compose_tiny
 
-    task, method, model = build_tiny("avit", "imagenet", tmp_path)
-    path = tokens_kept_figure(model, task, tmp_path / "kept.png", limit=64)
-    assert path.exists() and path.stat().st_size > 0
+    cfg = compose_tiny("avit", "imagenet", tmp_path, "timing=false")
+    runner.run(cfg, "avit", "imagenet", "test")
+    rows = results.load(tmp_path / "results")
+    paths = figures(rows, tmp_path / "results", tmp_path / "reports", "imagenet")
+    names = [p.name for p in paths]
+    assert names[0] == "imagenet_avit_tokens_kept.png" and all(p.stat().st_size > 0 for p in paths)
+    assert len([n for n in names if n.startswith("imagenet_avit_token_depth_")]) == rows["knob_value"].nunique()

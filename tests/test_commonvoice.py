@@ -220,5 +220,5 @@ def test_tiny_run_writes_wer_row_with_cer_and_texts(tmp_path):
     assert all(isinstance(t, str) and t for t in samples["target"])
     from tasks.commonvoice.figures import draw
 
-    figure = draw(tmp_path / "results", tmp_path / "reports")
+    (figure,) = draw(rows, tmp_path / "results", tmp_path / "reports", "commonvoice")
     assert figure.name == "commonvoice_wer_cer.png" and figure.stat().st_size > 1000

@@ -144,8 +144,11 @@ def test_depth_histogram_from_rows(tmp_path: Path):
 
     cfg = compose_tiny("early_exit", "imagenet", tmp_path, "timing=false")
     runner.run(cfg, "early_exit", "imagenet", "test")
-    tables = exit_tables(tmp_path / "results", "imagenet")
+    from bench import results
+
+    rows = results.load(tmp_path / "results")
+    tables = exit_tables(rows, tmp_path / "results")
     assert sorted(tables) == [0.0, 0.5, 1.0]
     assert set(tables[0.0]["blocks"][0].tolist()) == {0}  # threshold 0: every sample leaves at the first IC
-    path = depth_histogram(tmp_path / "results", tmp_path / "reports", "imagenet")
-    assert path.exists() and path.stat().st_size > 0
+    (path,) = depth_histogram(rows, tmp_path / "results", tmp_path / "reports", "imagenet")
+    assert path.name == "imagenet_early_exit_depth_hist.png" and path.stat().st_size > 0

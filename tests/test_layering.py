@@ -133,8 +133,6 @@ def test_task_coupling_sees_names_and_private_keys(tmp_path):
 def test_methods_ask_for_capabilities_not_task_names():
     """No method's model or training code mentions a task's name or reads a task's private key (they ask
     for capabilities).  Claim declarations (``claims.py``) name the rows a paper claim is about, task
-    included: they read results, never a task.  The stand-alone figure scripts (``figures.py``) still
-    default to a task: they are to become figure functions that ``bench report`` draws from rows, and are
-    not checked until then."""
-    skipped = {"figures.py", "claims.py"}
+    included: they read results, never a task."""
+    skipped = {"claims.py"}
     assert [f for path in files("methods") if path.name not in skipped for f in task_coupling(path)] == []

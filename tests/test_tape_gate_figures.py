@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench import runner
+from bench import results, runner
 from methods.adatape import figures as adatape_figures
 from methods.cct import figures as cct_figures
 from tests.helpers import compose_tiny
@@ -14,8 +14,9 @@ def test_adatape_difficulty_figure_from_rows(tmp_path):
     for method in ("adatape", "dense"):
         cfg = compose_tiny(method, "parity", tmp_path, "parity.variant=sequence", "timing=false")
         runner.run(cfg, method, "parity", "test")
-    paths = adatape_figures.draw(tmp_path / "results", tmp_path / "reports")
-    assert [p.name for p in paths] == ["adatape_parity_difficulty.png", "adatape_parity_difficulty.csv"]
+    rows = results.load(tmp_path / "results")
+    paths = adatape_figures.draw(rows, tmp_path / "results", tmp_path / "reports", "stem")
+    assert [p.name for p in paths] == ["stem_adatape_difficulty.png", "stem_adatape_difficulty.csv"]
     table = pd.read_csv(paths[1])
     assert set(table["method"]) == {"adatape", "dense"}
     uncapped = table[table["model"] == "adatape T4-tau2"]
@@ -25,7 +26,7 @@ def test_adatape_difficulty_figure_from_rows(tmp_path):
 def test_cct_gate_usage_figure_from_rows(tmp_path):
     cfg = compose_tiny("cct", "imagenet", tmp_path, "timing=false", "cct.budgets=[1.0,0.5]")
     runner.run(cfg, "cct", "imagenet", "test")
-    paths = cct_figures.draw(tmp_path / "results", tmp_path / "reports", "imagenet")
+    paths = cct_figures.draw(results.load(tmp_path / "results"), tmp_path / "results", tmp_path / "reports", "s")
     table = pd.read_csv(paths[1])
     assert sorted(table["budget"].unique()) == [0.5, 1.0]
     assert set(table["unit"]) == {"kv", "att", "ffn0", "ffn1", "ffn2", "ffn3"}
@@ -35,7 +36,7 @@ def test_cct_gate_usage_figure_from_rows(tmp_path):
 def test_cct_gate_usage_figure_on_translation_rows(tmp_path):
     cfg = compose_tiny("cct", "iwslt", tmp_path, "timing=false", "cct.budgets=[1.0,0.5]", "cct.pairs=cross")
     runner.run(cfg, "cct", "iwslt", "test")
-    paths = cct_figures.draw(tmp_path / "results", tmp_path / "reports", "iwslt")
+    paths = cct_figures.draw(results.load(tmp_path / "results"), tmp_path / "results", tmp_path / "reports", "s")
     table = pd.read_csv(paths[1])
     assert sorted(table["budget"].unique()) == ["e0.5-d0.5", "e0.5-d1", "e1-d0.5", "e1-d1"]
     assert set(table[table["layer"].str.startswith("enc")]["unit"]) == {"kv", "att", "ffn0", "ffn1", "ffn2", "ffn3"}

@@ -183,6 +183,11 @@ class ACMMethod(Method):
         logged = getattr(model, "last_sample_macs", None)  # a decoding model's per-sentence ledger
         return logged.double() if logged is not None else M.sample_macs(model)
 
+    def token_compute(self, model: nn.Module, batch: Batch) -> Tensor | None:
+        if getattr(model, "last_sample_macs", None) is not None:
+            return None  # decoding: the ACMs' last calls are the last step's, not per input token
+        return M.token_load(model)
+
     def sample_columns(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
         if getattr(model, "last_sample_macs", None) is not None:
             return {}  # decoding: the ACMs' last calls are the last step's, not per sentence

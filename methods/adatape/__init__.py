@@ -52,4 +52,5 @@ SPEC = register_method(MethodSpec(
     support=_support,
     test_overrides=("adatape.max_tape=4", "adatape.tau=2.0", "adatape.eval_caps=[2]", "adatape.bank_size=16"),
     eval_examples=("adatape.eval_caps=[1]",),
+    figures="methods.adatape.figures:draw",
 ))

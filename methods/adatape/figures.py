@@ -1,17 +1,16 @@
-"""AdaTape figure: tape length and accuracy against parity difficulty, from committed rows only.
+"""AdaTape figure, drawn by ``bench report`` from rows only: tape length and accuracy against difficulty.
 
-``python -m methods.adatape.figures [--results-dir results] [--reports-dir reports]`` reads every parity
-(sequence variant) row of ``adatape``, ``dense`` and ``act`` and their per-sample files (difficulty =
-number of non-zero elements, score, tape_len) and writes
+For a (task, dataset) whose samples carry a ``difficulty`` column (parity: the number of non-zero
+elements) it reads every row of ``adatape``, ``dense`` and ``act`` and their per-sample files (score,
+tape_len) and writes
 
-- ``adatape_parity_difficulty.png``: left, error rate by difficulty for every model (seeds pooled);
+- ``<stem>_adatape_difficulty.png``: left, error rate by difficulty for every model (seeds pooled);
   right, mean tape length by difficulty for every AdaTape point (T, tau), eval-time caps left out;
-- ``adatape_parity_difficulty.csv``: the table behind it.
+- ``<stem>_adatape_difficulty.csv``: the table behind it.
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pandas as pd
@@ -19,10 +18,10 @@ import pandas as pd
 from bench import results
 
 
-def table(results_dir: Path) -> pd.DataFrame:
-    rows = results.load(results_dir)
-    rows = rows[(rows["task"] == "parity") & rows["dataset"].str.contains("sequence")
-                & rows["method"].isin(["adatape", "dense", "act"])]
+def table(rows: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
+    if not (rows["method"] == "adatape").any():
+        return pd.DataFrame()
+    rows = rows[rows["method"].isin(["adatape", "dense", "act"])]
     frames = []
     for row in rows.itertuples(index=False):
         try:
@@ -35,6 +34,8 @@ def table(results_dir: Path) -> pd.DataFrame:
         if row.method == "dense":
             label = f"Transformer ({row.knob_value})"
         samples = samples.assign(model=label, method=row.method, dataset=row.dataset, seed=row.seed)
+        if "difficulty" not in samples:
+            return pd.DataFrame()
         if "tape_len" not in samples:
             samples["tape_len"] = float("nan")
         frames.append(samples)
@@ -47,7 +48,7 @@ def table(results_dir: Path) -> pd.DataFrame:
                  seeds=("seed", "nunique")))
 
 
-def draw(results_dir: Path, reports_dir: Path) -> list[Path]:
+def draw(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, stem: str) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -55,7 +56,7 @@ def draw(results_dir: Path, reports_dir: Path) -> list[Path]:
 
     from bench.report_plots import save_figure
 
-    data = table(results_dir)
+    data = table(rows, results_dir)
     if data.empty:
         return []
     fig, (ax_err, ax_len) = plt.subplots(1, 2, figsize=(13, 4.8))
@@ -69,7 +70,7 @@ def draw(results_dir: Path, reports_dir: Path) -> list[Path]:
         if model.startswith("adatape") and "cap" not in model:
             ax_len.plot(curve["difficulty"], curve["tape_len"], style, color=color, marker=".", label=model)
     ax_err.axhline(0.5, color="grey", lw=0.8, ls=":")
-    ax_err.set(xlabel="difficulty (non-zero elements)", ylabel="error rate ↓ (0.5 = chance)", ylim=(-0.02, 0.62),
+    ax_err.set(xlabel="difficulty (non-zero elements)", ylabel="error rate ↓ (0.5 = chance)", ylim=(-0.02, 1.02),
                title="error vs difficulty (dotted: AdaTape with T capped at eval, harness extension)")
     ax_len.set(xlabel="difficulty (non-zero elements)", ylabel="mean tape tokens read",
                title="AdaTape tape length vs difficulty")
@@ -77,25 +78,12 @@ def draw(results_dir: Path, reports_dir: Path) -> list[Path]:
         ax.grid(alpha=0.3)
     ax_err.legend(fontsize=6.5, loc="upper left")
     ax_len.legend(fontsize=7, loc="best", title="knob T<T>-tau<tau>")
-    fig.suptitle(f"parity — {data['dataset'].iloc[0]}; seeds pooled", fontsize=10)
+    fig.suptitle(f"{rows['task'].iloc[0]} — {data['dataset'].iloc[0]}; seeds pooled", fontsize=10)
     fig.tight_layout()
-    reports_dir.mkdir(parents=True, exist_ok=True)
-    path = reports_dir / "adatape_parity_difficulty.png"
+    path = Path(reports_dir) / f"{stem}_adatape_difficulty.png"
     save_figure(fig, path)
     plt.close(fig)
-    csv = reports_dir / "adatape_parity_difficulty.csv"
+    csv = Path(reports_dir) / f"{stem}_adatape_difficulty.csv"
     results.atomic_write_frame(csv, data)
     return [path, csv]
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results-dir", type=Path, default=Path("results"))
-    parser.add_argument("--reports-dir", type=Path, default=Path("reports"))
-    args = parser.parse_args()
-    for path in draw(args.results_dir, args.reports_dir):
-        print(path)
-
-
-if __name__ == "__main__":
-    main()

@@ -44,4 +44,5 @@ SPEC = register_method(MethodSpec(
                                          "builds none (an RNN, or an encoder-decoder: not implemented)"),
     test_overrides=("avit.eval_epsilons=[0.5]", "avit.halt_init=0.3"),
     eval_examples=("avit.eval_epsilons=[0.2]",),
+    figures="methods.avit.figures:figures",
 ))

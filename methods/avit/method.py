@@ -110,6 +110,10 @@ class AViT(Method):
     def sample_macs(self, model: nn.Module, batch: Batch) -> Tensor:
         return model.sample_macs()
 
+    def token_compute(self, model: nn.Module, batch: Batch) -> Tensor | None:
+        """Blocks each token ran, as a share of the encoder's depth (padding: 0)."""
+        return model.last.steps.float() / len(model.encoder.blocks)
+
     def sample_columns(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
         log = model.last
         valid = log.valid.to(log.steps.dtype)

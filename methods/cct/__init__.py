@@ -55,4 +55,5 @@ SPEC = register_method(MethodSpec(
     support=_support,
     test_overrides=("cct.gate_hidden=4",),
     eval_examples=("cct.pairs=decoder",),
+    figures="methods.cct.figures:draw",
 ))

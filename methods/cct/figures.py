@@ -1,19 +1,17 @@
-"""CCT figure: gate usage by layer and unit at every budget, from committed rows only.
+"""CCT figure, drawn by ``bench report`` from rows only: gate usage by layer and unit at every budget.
 
-``python -m methods.cct.figures [--task imagenet] [--results-dir results] [--reports-dir reports]``
-reads every ``cct`` row of the task and its per-sample file (columns ``use_l<layer>_<unit>`` = share of
+It reads every ``cct`` row of one (task, dataset) and its per-sample file (columns ``use_l<layer>_<unit>`` = share of
 the sample's tokens that ran the unit: kv = K/V projections, att = the attention sublayer, ffn<i> =
 FFN slice i; encoder–decoder tasks: ``use_e<layer>_<unit>`` and ``use_d<layer>_<unit>`` for encoder and
 decoder blocks, with xkv/xatt = the cross-attention's K/V and query sublayer) and writes
 
-- ``cct_gate_usage_<task>.png``: one heatmap per budget (layers × units, seeds pooled), titled with the
+- ``<stem>_cct_gate_usage.png``: one heatmap per budget (layers × units, seeds pooled), titled with the
   realised share of the gated cost and top-1;
-- ``cct_gate_usage_<task>.csv``: the table behind it.
+- ``<stem>_cct_gate_usage.csv``: the table behind it.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
@@ -25,9 +23,8 @@ COLUMN = re.compile(r"use_([led])(\d+)_(\w+)")
 STACK = {"l": "layer", "e": "enc", "d": "dec"}
 
 
-def table(results_dir: Path, task: str) -> pd.DataFrame:
-    rows = results.load(results_dir)
-    rows = rows[(rows["task"] == task) & (rows["method"] == "cct")]
+def table(rows: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
+    rows = rows[rows["method"] == "cct"]
     records = []
     for row in rows.itertuples(index=False):
         try:
@@ -63,7 +60,7 @@ def _budget_key(label: str) -> tuple[float, ...]:
     return tuple(-float(part) for part in re.findall(r"[\d.]+", label))
 
 
-def draw(results_dir: Path, reports_dir: Path, task: str) -> list[Path]:
+def draw(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, stem: str) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -71,9 +68,10 @@ def draw(results_dir: Path, reports_dir: Path, task: str) -> list[Path]:
 
     from bench.report_plots import save_figure
 
-    data = table(results_dir, task)
+    data = table(rows, results_dir)
     if data.empty:
         return []
+    task = rows["task"].iloc[0]
     budgets = sorted(data["budget"].unique(), key=_budget_key)
     units = _unit_order(data["unit"].unique())
     layers = list(data.sort_values("order")["layer"].drop_duplicates())
@@ -102,23 +100,10 @@ def draw(results_dir: Path, reports_dir: Path, task: str) -> list[Path]:
                  "pooled", fontsize=9)
     fig.subplots_adjust(top=0.74 if len(layers) <= 6 else 0.86, bottom=0.1, left=0.07, right=0.86, wspace=0.15)
     reports_dir.mkdir(parents=True, exist_ok=True)
-    path = reports_dir / f"cct_gate_usage_{task}.png"
+    path = reports_dir / f"{stem}_cct_gate_usage.png"
     save_figure(fig, path)
     plt.close(fig)
-    csv = reports_dir / f"cct_gate_usage_{task}.csv"
+    csv = reports_dir / f"{stem}_cct_gate_usage.csv"
     results.atomic_write_frame(csv, data)
     return [path, csv]
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", default="imagenet")
-    parser.add_argument("--results-dir", type=Path, default=Path("results"))
-    parser.add_argument("--reports-dir", type=Path, default=Path("reports"))
-    args = parser.parse_args()
-    for path in draw(args.results_dir, args.reports_dir, args.task):
-        print(path)
-
-
-if __name__ == "__main__":
-    main()

@@ -49,4 +49,5 @@ SPEC = register_method(MethodSpec(
                                          "transformer; this task builds none (an RNN, or an encoder-decoder: DAT)"),
     test_overrides=("early_exit.thresholds=[0.0,0.5,1.0]",),
     eval_examples=("early_exit.thresholds=[0.3]",),
+    figures="methods.early_exit.figures:depth_histogram",
 ))

@@ -1,29 +1,27 @@
-"""Early-exit figure: the distribution of exit depths at several confidence thresholds.
+"""Early-exit figure, drawn by ``bench report`` from rows only: the distribution of exit depths at several
+confidence thresholds.
 
-``python -m methods.early_exit.figures [task=imagenet] [results_dir=results] [reports_dir=reports]``
-reads every ``early_exit`` row of the task (the per-sample ``exit_block`` column the runner wrote beside
-each row), pools the seeds per threshold, and writes ``<reports_dir>/early_exit_depth_hist.png``: one
+It reads every ``early_exit`` row of one (task, dataset) (the per-sample ``exit_block`` column the runner
+wrote beside each row), pools the seeds per threshold, and writes ``<stem>_early_exit_depth_hist.png``: one
 panel per threshold, the share of test samples leaving after each block ("final" = the backbone's head
 after the last block), titled with the threshold's mean accuracy and cost.  No model is run.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 
 
-def exit_tables(results_dir: Path, task: str) -> dict[float, dict]:
+def exit_tables(rows, results_dir: Path) -> dict[float, dict]:
     """{threshold: {"blocks": exit blocks pooled over seeds, "quality", "cost", "seeds", "metric"}}."""
     from bench import results
 
-    frame = results.load(results_dir)
-    rows = frame[(frame["method"] == "early_exit") & (frame["task"] == task)]
+    rows = rows[rows["method"] == "early_exit"]
     out: dict[float, dict] = {}
     for _, row in rows.sort_values(["seed"]).iterrows():
-        samples = results.load_samples(results_dir, task, "early_exit", row["run_id"])
+        samples = results.load_samples(results_dir, row["task"], "early_exit", row["run_id"])
         entry = out.setdefault(float(row["knob_value"]), {"blocks": [], "quality": [], "cost": [], "seeds": [],
                                                           "metric": row["metric"], "dataset": row["dataset"]})
         entry["blocks"].append(samples["exit_block"].to_numpy())
@@ -33,8 +31,8 @@ def exit_tables(results_dir: Path, task: str) -> dict[float, dict]:
     return out
 
 
-def depth_histogram(results_dir: Path, reports_dir: Path, task: str = "imagenet",
-                    thresholds: tuple[float, ...] = (0.7, 0.9, 0.98, 0.995, 0.999)) -> Path:
+def depth_histogram(rows, results_dir: Path, reports_dir: Path, stem: str,
+                    thresholds: tuple[float, ...] = (0.7, 0.9, 0.98, 0.995, 0.999)) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -42,10 +40,11 @@ def depth_histogram(results_dir: Path, reports_dir: Path, task: str = "imagenet"
 
     from bench.report_plots import save_figure
 
-    tables = exit_tables(results_dir, task)
+    tables = exit_tables(rows, results_dir)
     chosen = [t for t in thresholds if t in tables] or sorted(tables)[:5]
     if not chosen:
-        raise SystemExit(f"no early_exit rows for task {task} under {results_dir}")
+        return []
+    task = rows["task"].iloc[0]
     n_blocks = int(max(np.concatenate(tables[t]["blocks"]).max() for t in chosen)) + 1
     fig, axes = plt.subplots(1, len(chosen), figsize=(2.8 * len(chosen), 2.8), sharey=True, squeeze=False)
     for ax, t in zip(axes[0], chosen):
@@ -63,23 +62,8 @@ def depth_histogram(results_dir: Path, reports_dir: Path, task: str = "imagenet"
     dataset = next(iter(tables.values()))["dataset"]
     fig.suptitle(f"early exit (SDN + ZTW): exit depth, {task} [{dataset}]", fontsize=9)
     fig.tight_layout()
-    path = Path(reports_dir) / "early_exit_depth_hist.png"
+    path = Path(reports_dir) / f"{stem}_early_exit_depth_hist.png"
     save_figure(fig, path)
     plt.close(fig)
-    return path
+    return [path]
 
-
-def main(argv: list[str] | None = None) -> Path:
-    args = dict(a.split("=", 1) for a in (sys.argv[1:] if argv is None else argv))
-    unknown = set(args) - {"task", "results_dir", "reports_dir"}
-    if unknown:
-        raise SystemExit(f"unknown argument(s) {', '.join(sorted(unknown))}; expected task=, results_dir=, "
-                         "reports_dir=")
-    path = depth_histogram(Path(args.get("results_dir", "results")), Path(args.get("reports_dir", "reports")),
-                           args.get("task", "imagenet"))
-    print(path)
-    return path
-
-
-if __name__ == "__main__":
-    main()

@@ -73,5 +73,6 @@ SPEC = register_task(TaskSpec(
                     "commonvoice.method_steps=10", "commonvoice.batch_size=8", "commonvoice.warmup=0",
                     "commonvoice.eval_batch=8", "commonvoice.clip_seconds=2.0"),
     eval_examples=("commonvoice.eval_samples=6", "commonvoice.eval_batch=4"),
+    figures="tasks.commonvoice.figures:draw",
     test_variants=((), ("commonvoice.eval_set=pocketsphinx",)),
 ))

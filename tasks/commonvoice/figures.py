@@ -1,15 +1,10 @@
-"""Figure of the speech task: WER and CER against cost (% of the dense base model), one line per method
-(and ACM variant) and seed (solid: seed 0, dotted: others; the dense base as a thin horizontal line).
-
-    python -m tasks.commonvoice.figures [results_dir] [reports_dir]
-
-writes ``<reports_dir>/commonvoice_wer_cer.png`` from the latest rows of the evaluation set of the offline
-default (the dataset with the most rows); reads only ``results/``.
+"""Figure of the speech task, drawn by ``bench report`` from one evaluation set's rows: WER and CER against
+cost (% of the dense base model), one line per method (and ACM variant) and seed (solid: seed 0, dotted:
+others; the dense base as a thin horizontal line), written as ``<stem>_wer_cer.png``.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 
@@ -20,22 +15,19 @@ def _cer(extra: str) -> float:
     return float("nan")
 
 
-def draw(results_dir: Path, reports_dir: Path) -> Path:
+def draw(rows, results_dir: Path, reports_dir: Path, stem: str) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from bench import results
-    from bench.report import latest_rows
-    from bench.report_plots import method_color, save_figure
+    from bench.figures import save_figure
+    from bench.report_plots import method_color
 
-    rows = results.load(results_dir)
-    rows = rows[rows["task"] == "commonvoice"].copy()
     if rows.empty:
-        raise SystemExit(f"no commonvoice rows under {results_dir}")
-    dataset = rows["dataset"].value_counts().index[0]
-    rows = latest_rows(rows[rows["dataset"] == dataset])  # the newest row per method/variant/knob/seed
+        return []
+    rows = rows.copy()
+    dataset, task = rows["dataset"].iloc[0], rows["task"].iloc[0]
     rows["cer"] = rows["extra_metrics"].map(_cer)
     rows["cost"] = rows["cost_pct_dense"]
     rows["variant"] = rows["variant"].fillna("").astype(str)
@@ -58,13 +50,8 @@ def draw(results_dir: Path, reports_dir: Path) -> Path:
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"commonvoice: {dataset[:110]}", fontsize=8)
-    out = Path(reports_dir) / "commonvoice_wer_cer.png"
+    fig.suptitle(f"{task}: {dataset[:110]}", fontsize=8)
+    out = Path(reports_dir) / f"{stem}_wer_cer.png"
     save_figure(fig, out)
     plt.close(fig)
-    return out
-
-
-if __name__ == "__main__":
-    args = sys.argv[1:]
-    print(draw(Path(args[0] if args else "results"), Path(args[1] if len(args) > 1 else "reports")))
+    return [out]

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bench.api import Batch, Task
+from bench.api import Batch, Task, encode_image
 from bench.errors import UserError
 from bench.models.transformer import EncoderConfig
 from tasks.imagenet import data as D
@@ -138,6 +138,9 @@ class ImageNetTask(Task):
         total = self._eval_count(len(self._eval))
         for start in range(0, total, size):
             yield self._hf_eval(start, min(total, start + size))
+
+    def preview(self, x: Tensor) -> list[str]:
+        return [encode_image(image) for image in x]
 
     def example_input(self, batch_size: int) -> Tensor:
         x = self._example_pool(min(batch_size, 256))
