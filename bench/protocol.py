@@ -236,10 +236,10 @@ def train(method: "Method") -> nn.Module:
         stage = planned.stage
         batch_fn = _batches(task, planned, the_plan.batch_size)
         if stage.prepare is not None:
-            stage.prepare(model, PrepareContext(run.is_cached(method.name, stage.name, planned.key),
+            stage.prepare(model, PrepareContext(run.is_cached(run.method, stage.name, planned.key),
                                                 lambda: batch_fn(0).to(run.device)))
         if not planned.stage.skip:
-            run.fit_stage(model, planned, owner=method.name, batch_fn=batch_fn, seed=run.seed)
+            run.fit_stage(model, planned, owner=run.method, batch_fn=batch_fn, seed=run.seed)
         if stage.finish is not None:
             stage.finish(model)
     return model.eval()

@@ -47,8 +47,9 @@ def test_budget_data_order_caching_and_resume(tmp_path):
     assert seen == list(range(base_steps)) + list(range(base_steps, base_steps + budget))
     assert method.train_budget() == (f"head {budget} steps x batch {task.base_budget()['batch_size']} on top of "
                                      f"the dense base model (method budget {budget} steps)")
-    heads = sorted(p.name.split("-")[0] for p in (tmp_path / "a" / "cache" / "parity").rglob("*.pt"))
-    assert heads == ["head", "w1.0"]
+    cached = sorted(str(p.relative_to(tmp_path / "a" / "cache" / "parity")).split("-")[0]
+                    for p in (tmp_path / "a" / "cache" / "parity").rglob("*.pt"))
+    assert cached == ["dense/w1.0", "headtune/head"]  # the stage is cached under the registered method name
 
     # a second build loads both artifacts from the cache: nothing is drawn, nothing trains
     _, _, task2, method2 = _build(tmp_path / "a")
