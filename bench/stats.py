@@ -292,3 +292,28 @@ def rows_uncertainty(rows, results_dir, key: str = "row_key") -> Uncertainty:
         out.low.update(draws.low)
         out.high.update(draws.high)
     return out
+
+
+def proportion_interval(successes: int, n: int) -> tuple[float, float]:
+    """95% Wilson interval of a proportion over ``n`` test examples (``scipy.stats.binomtest``)."""
+    from scipy.stats import binomtest
+
+    if n <= 0:
+        return float("nan"), float("nan")
+    ci = binomtest(int(successes), int(n)).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def mean_interval(values) -> tuple[float, float]:
+    """95% t-interval of a mean over test examples (``scipy.stats.t``; NaN for fewer than two values)."""
+    from scipy import stats
+
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    if len(values) < 2:
+        return float("nan"), float("nan")
+    sem = stats.sem(values)
+    if sem == 0:
+        return float(values.mean()), float(values.mean())
+    low, high = stats.t.interval(0.95, len(values) - 1, loc=float(values.mean()), scale=sem)
+    return float(low), float(high)

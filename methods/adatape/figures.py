@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import results
+from bench.stats import mean_interval, proportion_interval
 
 
 def table(rows: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
@@ -43,9 +44,12 @@ def table(rows: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
         return pd.DataFrame()
     data = pd.concat(frames, ignore_index=True)
     data["error"] = 1.0 - data["score"]
-    return (data.groupby(["dataset", "method", "model", "difficulty"], as_index=False)
-            .agg(error=("error", "mean"), tape_len=("tape_len", "mean"), n=("score", "size"),
-                 seeds=("seed", "nunique")))
+    table = (data.groupby(["dataset", "method", "model", "difficulty"], as_index=False)
+             .agg(error=("error", "mean"), errors=("error", "sum"), tape_len=("tape_len", "mean"),
+                  tape_lo=("tape_len", lambda v: mean_interval(v)[0]),
+                  tape_hi=("tape_len", lambda v: mean_interval(v)[1]), n=("score", "size"), seeds=("seed", "nunique")))
+    ci = [proportion_interval(int(round(k)), int(n)) for k, n in zip(table["errors"], table["n"])]
+    return table.assign(error_lo=[c[0] for c in ci], error_hi=[c[1] for c in ci]).drop(columns=["errors"])
 
 
 def draw(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, stem: str) -> list[Path]:
@@ -65,18 +69,22 @@ def draw(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, stem: str) ->
         color = palette(i % 10)
         style = "--" if not model.startswith("adatape") else ("-" if "cap" not in model else ":")
         seeds = int(curve["seeds"].max())
-        ax_err.plot(curve["difficulty"], curve["error"], style, color=color, marker=".",
-                    label=f"{model} ({seeds} seed{'s' if seeds > 1 else ''})")
+        ax_err.errorbar(curve["difficulty"], curve["error"], yerr=[curve["error"] - curve["error_lo"],
+                                                                   curve["error_hi"] - curve["error"]],
+                        fmt=style, color=color, marker=".", capsize=1.5, elinewidth=0.7,
+                        label=f"{model} ({seeds} seed{'s' if seeds > 1 else ''})")
         if model.startswith("adatape") and "cap" not in model:
-            ax_len.plot(curve["difficulty"], curve["tape_len"], style, color=color, marker=".", label=model)
+            ax_len.errorbar(curve["difficulty"], curve["tape_len"], yerr=[curve["tape_len"] - curve["tape_lo"],
+                                                                       curve["tape_hi"] - curve["tape_len"]],
+                            fmt=style, color=color, marker=".", capsize=1.5, elinewidth=0.7, label=model)
     ax_err.axhline(0.5, color="grey", lw=0.8, ls=":")
     ax_err.set(xlabel="difficulty (non-zero elements)", ylabel="error rate ↓ (0.5 = chance)", ylim=(-0.02, 1.02),
-               title="error vs difficulty (dotted: AdaTape with T capped at eval, harness extension)")
+               title="error vs difficulty, 95% Wilson CI (dotted: AdaTape with T capped at eval)")
     ax_len.set(xlabel="difficulty (non-zero elements)", ylabel="mean tape tokens read",
-               title="AdaTape tape length vs difficulty")
+               title="AdaTape tape length vs difficulty (95% t-interval)")
     for ax in (ax_err, ax_len):
         ax.grid(alpha=0.3)
-    ax_err.legend(fontsize=6.5, loc="upper left")
+    ax_err.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3)
     ax_len.legend(fontsize=7, loc="best", title="knob T<T>-tau<tau>")
     fig.suptitle(f"{rows['task'].iloc[0]} — {data['dataset'].iloc[0]}; seeds pooled", fontsize=10)
     fig.tight_layout()

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from bench import results
 from bench.figures import save_figure, token_map_figure
+from bench.stats import mean_interval
 
 
 def figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, stem: str) -> list[Path]:
@@ -37,14 +39,15 @@ def figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, stem: str)
             continue
         layers = sorted((c for c in samples if c.startswith("avit_kept_l")), key=lambda c: int(c[11:]))
         if layers:
-            shares = [100.0 * samples[c].mean() for c in layers]
+            shares = np.array([100.0 * samples[c].mean() for c in layers])
+            cis = np.array([mean_interval(100.0 * samples[c].to_numpy()) for c in layers])  # 95% t, test samples
             weight, _, eps = str(knob).partition("@eps")  # one colour per trained model, a style per eps
             weights = sorted({str(k).partition("@eps")[0] for k in avit["knob_value"]}, key=float)
             eps_values = sorted({str(k).partition("@eps")[2] for k in avit["knob_value"]} - {""}, key=float)
             style = "-" if not eps else (":", "--", "-.")[eps_values.index(eps) % 3]
-            ax.plot(range(1, len(layers) + 1), shares, marker="o", ls=style,
-                    color=plt.get_cmap("tab10")(weights.index(weight) % 10),
-                    label=f"{knob} ({row['cost_pct_dense']:.0f}% MACs, seed {row['seed']})")
+            ax.errorbar(range(1, len(layers) + 1), shares, yerr=[shares - cis[:, 0], cis[:, 1] - shares],
+                        marker="o", ls=style, capsize=2, color=plt.get_cmap("tab10")(weights.index(weight) % 10),
+                        label=f"{knob} ({row['cost_pct_dense']:.0f}% MACs, seed {row['seed']})")
             ax.set_xticks(range(1, len(layers) + 1))
             drawn += 1
         title = (f"A-ViT {knob} (seed {row['seed']}): blocks each token ran, as a share of the depth — "
@@ -59,7 +62,7 @@ def figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, stem: str)
         ax.set_xlabel("block")
         ax.set_ylabel("tokens still running (% of tokens)")
         ax.set_title(f"A-ViT: tokens kept per block over the test set; colour: ponder weight, "
-                     f"broken lines: eval-time eps\n{avit['dataset'].iloc[0]}", fontsize=8)
+                     f"broken lines: eval-time eps;\nbars: 95% CI over test samples — {avit['dataset'].iloc[0]}", fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6.5, loc="center left", bbox_to_anchor=(1.01, 0.5))
         path = Path(reports_dir) / f"{stem}_avit_tokens_kept.png"

@@ -46,7 +46,8 @@ def table(rows: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
     data = pd.DataFrame(records)
     data["order"] = data["order"].map(lambda o: 1000 * int(o[0]) + o[1])
     return (data.groupby(["dataset", "budget", "order", "layer", "unit", "metric"], as_index=False)
-            .agg(usage=("usage", "mean"), gated_fraction=("gated_fraction", "mean"), quality=("quality", "mean"),
+            .agg(usage=("usage", "mean"), usage_min=("usage", "min"), usage_max=("usage", "max"),
+                 gated_fraction=("gated_fraction", "mean"), quality=("quality", "mean"),
                  cost_pct_dense=("cost_pct_dense", "mean"), seeds=("seed", "nunique")))
 
 
@@ -81,10 +82,13 @@ def draw(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, stem: str) ->
     for ax, budget in zip(axes[0], budgets):
         part = data[data["budget"] == budget]
         grid = part.pivot(index="layer", columns="unit", values="usage").reindex(index=layers, columns=units)
+        spread = (part.assign(half=(part["usage_max"] - part["usage_min"]) / 2)
+                  .pivot(index="layer", columns="unit", values="half").reindex(index=layers, columns=units))
         image = ax.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto")
         for (i, j), value in pd.DataFrame(grid.to_numpy()).stack().dropna().items():
-            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
-                    color="white" if value < 0.6 else "black")
+            half = spread.to_numpy()[i, j]
+            ax.text(j, i, f"{value:.2f}" + (f"\n±{half:.2f}" if half == half and half > 0 else ""), ha="center",
+                    va="center", fontsize=6, color="white" if value < 0.6 else "black")
         ax.set_xticks(range(len(units)), units, fontsize=8)
         ax.set_yticks(range(len(grid.index)), [str(i) if ax is axes[0][0] else "" for i in grid.index], fontsize=8)
         first = part.iloc[0]
@@ -97,7 +101,7 @@ def draw(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, stem: str) ->
     cross = ", xkv/xatt = cross-attention K/V / sublayer" if "xatt" in units else ""
     fig.suptitle(f"CCT gate usage by layer and unit (kv = K/V projections, att = attention sublayer{cross}, "
                  f"ffn<i> = FFN slice i)\n{task}: {data['dataset'].iloc[0]}; {seeds} seed{'s' if seeds > 1 else ''} "
-                 "pooled", fontsize=9)
+                 "pooled (±: half the range over seeds)", fontsize=9)
     fig.subplots_adjust(top=0.74 if len(layers) <= 6 else 0.86, bottom=0.1, left=0.07, right=0.86, wspace=0.15)
     reports_dir.mkdir(parents=True, exist_ok=True)
     path = reports_dir / f"{stem}_cct_gate_usage.png"

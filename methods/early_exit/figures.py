@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.stats import proportion_interval
+
 
 def exit_tables(rows, results_dir: Path) -> dict[float, dict]:
     """{threshold: {"blocks": exit blocks pooled over seeds, "quality", "cost", "seeds", "metric"}}."""
@@ -50,9 +52,12 @@ def depth_histogram(rows, results_dir: Path, reports_dir: Path, stem: str,
     for ax, t in zip(axes[0], chosen):
         entry = tables[t]
         blocks = np.concatenate(entry["blocks"])
-        share = np.bincount(blocks, minlength=n_blocks) / len(blocks)
+        counts = np.bincount(blocks, minlength=n_blocks)
+        share = counts / len(blocks)
+        ci = np.array([proportion_interval(int(c), len(blocks)) for c in counts])  # 95% Wilson, seeds pooled
         labels = [f"{b + 1}" for b in range(n_blocks - 1)] + [f"{n_blocks}+head"]
-        ax.bar(range(n_blocks), share, color="#4c72b0")
+        ax.bar(range(n_blocks), share, color="#4c72b0", yerr=[share - ci[:, 0], ci[:, 1] - share], capsize=2,
+               error_kw={"lw": 0.8})
         ax.set_xticks(range(n_blocks), labels)
         ax.set_xlabel("exit after block")
         seeds = ",".join(map(str, entry["seeds"]))
@@ -60,7 +65,8 @@ def depth_histogram(rows, results_dir: Path, reports_dir: Path, stem: str,
                      f"{np.mean(entry['cost']):.0f}% MACs\n(seeds {seeds})", fontsize=8)
     axes[0][0].set_ylabel("share of test samples")
     dataset = next(iter(tables.values()))["dataset"]
-    fig.suptitle(f"early exit (SDN + ZTW): exit depth, {task} [{dataset}]", fontsize=9)
+    fig.suptitle(f"early exit (SDN + ZTW): exit depth, {task} [{dataset}]; bars: 95% Wilson CI over test "
+                 "samples", fontsize=9)
     fig.tight_layout()
     path = Path(reports_dir) / f"{stem}_early_exit_depth_hist.png"
     save_figure(fig, path)
