@@ -764,10 +764,18 @@ def task_figures(view: TaskView, results_dir: Path, reports_dir: Path, stem: str
     if not spec.figures:
         return []
     draw = registry.load_impl(spec.figures)
-    args = (view.rows, results_dir, reports_dir)
+    args = (rows_with_intervals(view), results_dir, reports_dir)
     if len(inspect.signature(draw).parameters) >= 4:
         args += (stem,)
     return [Path(p) for p in draw(*args)]
+
+
+def rows_with_intervals(view: TaskView):
+    """The view's rows with each row's 95% bootstrap interval over test examples (``quality_lo`` /
+    ``quality_hi``; NaN where the row has none), for the figure functions tasks and methods register."""
+    keys = view.rows["row_key"] if "row_key" in view.rows else view.rows.index.to_series()
+    return view.rows.assign(quality_lo=keys.map(view.unc.low).astype(float),
+                            quality_hi=keys.map(view.unc.high).astype(float))
 
 
 def method_figures(view: TaskView, results_dir: Path, reports_dir: Path, stem: str) -> list[Path]:
@@ -782,7 +790,8 @@ def method_figures(view: TaskView, results_dir: Path, reports_dir: Path, stem: s
         except registry.RegistryError:
             continue  # rows of a method whose plugin is not loaded
         if spec.figures:
-            written += [Path(p) for p in registry.load_impl(spec.figures)(view.rows, results_dir, reports_dir, stem)]
+            written += [Path(p) for p in registry.load_impl(spec.figures)(rows_with_intervals(view), results_dir,
+                                                                          reports_dir, stem)]
     return written
 
 

@@ -38,9 +38,12 @@ def draw(rows, results_dir: Path, reports_dir: Path, stem: str) -> list[Path]:
             name = method if method != "acm" else f"acm ({variant.split(';')[1]})" if ";" in variant else method
             for seed, seed_rows in group.groupby("seed"):
                 line = seed_rows.sort_values("cost")
-                ax.plot(line["cost"], line[metric], "-" if seed == 0 else ":",
-                        marker="s" if method == "dense" else "o", color=color, ms=5,
-                        label=f"{name}, seed {seed}")
+                yerr = None
+                if metric == "quality" and "quality_lo" in line:  # WER: the row's bootstrap CI
+                    yerr = [line["quality"] - line["quality_lo"], line["quality_hi"] - line["quality"]]
+                ax.errorbar(line["cost"], line[metric], yerr=yerr, fmt="-" if seed == 0 else ":",
+                            marker="s" if method == "dense" else "o", color=color, ms=5, capsize=1.5,
+                            elinewidth=0.6, label=f"{name}, seed {seed}")
                 if method == "dense":
                     base = line[line["knob_value"] == "w1-d1"]
                     if len(base):
@@ -50,7 +53,8 @@ def draw(rows, results_dir: Path, reports_dir: Path, stem: str) -> list[Path]:
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"{task}: {dataset[:110]}", fontsize=8)
+    fig.suptitle(f"{task}: {dataset[:110]}; WER bars: 95% bootstrap CI over test utterances (CER: none)",
+                 fontsize=8)
     out = Path(reports_dir) / f"{stem}_wer_cer.png"
     save_figure(fig, out)
     plt.close(fig)

@@ -47,8 +47,10 @@ def depth_table(rows: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
             depth = float(max(1, int(round(layers * scale)))) if layers else float("nan")
         per_token = (float(samples["decoder_macs"].sum() / max(tokens.sum(), 1.0))
                      if tokens is not None and "decoder_macs" in samples else float("nan"))
+        lo, hi = (float(getattr(row, "quality_lo", np.nan)), float(getattr(row, "quality_hi", np.nan)))
         out.append({"method": row.method, "seed": int(row.seed), "knob_value": str(row.knob_value),
-                    "variant": row.variant, "bleu": float(row.quality), "macs_per_sentence": float(row.macs_mean),
+                    "variant": row.variant, "bleu": float(row.quality), "bleu_lo": lo, "bleu_hi": hi,
+                    "macs_per_sentence": float(row.macs_mean),
                     "decoder_macs_per_token": per_token, "avg_decoder_depth": depth})
     return pd.DataFrame(out)
 
@@ -103,16 +105,17 @@ def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path
             if part.empty:
                 continue
             label = f"{method} s{seed}{suffix}"
+            yerr = [part["bleu"] - part["bleu_lo"], part["bleu_hi"] - part["bleu"]]  # NaN: no interval drawn
             for ax, x in zip(axes, ("avg_decoder_depth", "macs_per_sentence", "decoder_macs_per_token")):
-                ax.plot(part[x], part["bleu"], style, color=color, label=label,
-                        linestyle="-" if method == "dat" and not suffix else "none", alpha=0.85)
+                ax.errorbar(part[x], part["bleu"], yerr=yerr, fmt=style, color=color, label=label, capsize=1.5,
+                            elinewidth=0.6, linestyle="-" if method == "dat" and not suffix else "none", alpha=0.85)
     axes[0].set(xlabel="average decoder depth (blocks per output token)", ylabel="sacreBLEU ↑")
     axes[1].set(xlabel="MACs per source sentence (encoder + decoder, all beams)", ylabel="sacreBLEU ↑")
     axes[2].set(xlabel="decoder MACs per generated token", ylabel="sacreBLEU ↑")
     for ax in axes:
         ax.grid(alpha=0.3)
     axes[2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle(f"{task} — {dataset}", fontsize=10)
+    fig.suptitle(f"{task} — {dataset}; bars: 95% paired-bootstrap CI over test sentences", fontsize=10)
     fig.tight_layout()
     path = reports_dir / f"{task}_bleu_depth.png"
     save_figure(fig, path)
