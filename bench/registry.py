@@ -46,6 +46,9 @@ class TaskSpec:
     # The dataset name (``Task.dataset``) of the task's default config: its report files keep the plain
     # names (``<task>_pareto.png``) whatever other datasets have rows; other datasets get their own names.
     default_dataset: str = ""
+    # `bench speed`: the module with this task's named model sizes (``ARCHS``) and ``build(arch)``
+    # (bench/speed.py); "" = none.
+    speed: str = ""
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,8 @@ class MethodSpec:
     support: Callable[[TaskSpec, Any], str | None] = field(default=lambda task, cfg: None)
     # Overrides that make the method's training tiny for the registry-parametrized tests.
     test_overrides: tuple[str, ...] = ()
+    # `bench speed`: "module:Class" of the method's decision forcer (a bench.speed.Forcer); "" = none.
+    speed: str = ""
 
 
 def requires_backbone(kind: str | tuple[str, ...], reason: str) -> Callable[[TaskSpec, Any], str | None]:

@@ -33,8 +33,8 @@ def stable_hash(obj: Any, length: int = 12) -> str:
 
 
 # Files of a method/task package that cannot change trained weights (drawing figures from results, timing
-# randomly initialised models end to end).
-NOT_TRAINING_CODE = {"figures.py", "e2e.py"}
+# randomly initialised models with forced decisions for `bench speed`).
+NOT_TRAINING_CODE = {"figures.py", "speed.py"}
 
 
 def code_version(*objects: Any) -> str:

@@ -65,6 +65,7 @@ class AViTEncoder(nn.Module):
         self.epsilon = epsilon
         self.real_path = False
         self.last: HaltLog | None = None
+        self.force_depth: Tensor | None = None  # [B, T] blocks each token runs, replacing the halting (bench speed)
         self.last_positions = 1
         # True when the task's head reads every token although the encoder's pool would reduce them
         # (an encoder whose forward skips pooling, e.g. a CTC encoder); set by the method from a probe.
@@ -87,9 +88,12 @@ class AViTEncoder(nn.Module):
         self.last_positions = pooled.shape[1] if pooled.dim() == 3 else 1
         return enc.head(pooled)
 
-    def _halt(self, x: Tensor, active: Tensor, c: Tensor, last: bool):
-        """One block of the halting rule on [B, T] tensors; returns (h, p, halting_now, new c)."""
+    def _halt(self, x: Tensor, active: Tensor, c: Tensor, last: bool, layer: int = 0):
+        """One block of the halting rule on [B, T] tensors; returns (h, p, halting_now, new c).
+        With ``force_depth`` the scores are computed and replaced by 1 at a token's forced last block."""
         h = torch.ones_like(c) if last else self.scores(x)
+        if self.force_depth is not None and not last:
+            h = (self.force_depth <= layer + 1).to(h.dtype)
         h = torch.where(active, h, torch.zeros_like(h))
         halting = active & ((c + h >= 1.0 - self.epsilon) | last)
         p = torch.where(halting, 1.0 - c, h)
@@ -110,7 +114,7 @@ class AViTEncoder(nn.Module):
             # halted keys excluded; a sample with no active token keeps all keys (its rows are discarded)
             key_mask = ~active & active.any(dim=1, keepdim=True)
             x = torch.where(active.unsqueeze(-1), block(x, key_mask), x)
-            h, p, halting, c_new = self._halt(x, active, c, l == len(blocks) - 1)
+            h, p, halting, c_new = self._halt(x, active, c, l == len(blocks) - 1, l)
             acc = acc + p.unsqueeze(-1) * x
             steps = steps + active.to(x.dtype)
             remainder = torch.where(halting, 1.0 - c, remainder)
@@ -142,7 +146,7 @@ class AViTEncoder(nn.Module):
                 flat = (group.unsqueeze(1) * t + order).reshape(-1)
                 tokens = flat_x.index_select(0, flat).view(len(group), n, d)
                 flat_x.index_copy_(0, flat, block(tokens).reshape(-1, d))
-            h, p, halting, c_new = self._halt(x, active, c, l == len(blocks) - 1)
+            h, p, halting, c_new = self._halt(x, active, c, l == len(blocks) - 1, l)
             acc = acc + p.unsqueeze(-1) * x
             steps = steps + active.to(x.dtype)
             remainder = torch.where(halting, 1.0 - c, remainder)

@@ -56,4 +56,5 @@ SPEC = register_method(MethodSpec(
     knob_kind="eval",
     support=_support,
     test_overrides=("cct.gate_hidden=4",),
+    speed="methods.cct.speed:CCTForcer",
 ))

@@ -124,6 +124,7 @@ class CCTBlock(nn.Module):
         self.ffn = SlicedFFN(block.mlp, self.norm2, slices, activation, eps)  # after the gates: same init order
         self.width = self.ffn.width
         self.last: Decisions | None = None
+        self.force: Decisions | None = None  # replaces the real path's gate decisions (bench speed)
         self.last_gates: list[Tensor] = []  # soft gates of the last training forward: kv, q, ffn
 
     # --- pieces ----------------------------------------------------------------------------------------
@@ -171,6 +172,8 @@ class CCTBlock(nn.Module):
         y = self.norm1(flat)
         on_kv = (self.gate_kv(y) >= 0).squeeze(-1)
         on_q = (self.gate_q(y) >= 0).squeeze(-1)
+        if self.force is not None:  # the control networks ran; their decisions are replaced
+            on_kv, on_q = self.force.kv.reshape(-1), self.force.q.reshape(-1)
         kv_rows = torch.nonzero(on_kv).squeeze(1)
         y_kv = y.index_select(0, kv_rows)
         keys = flat.new_zeros(b * t, d).index_copy_(0, kv_rows, self.ln_k(self.k(y_kv)))
@@ -185,6 +188,8 @@ class CCTBlock(nn.Module):
             mixed = self._attend(q, k, v).squeeze(1)
             out.index_add_(0, q_rows, self.o(self.ln_o(mixed)))
         on_f = self.gate_f(self.norm2(out)) >= 0  # [B·T, M]
+        if self.force is not None:
+            on_f = self.force.ffn.reshape(-1, self.slices)
         mid = out.clone()
         for i in range(self.slices):
             rows = torch.nonzero(on_f[:, i]).squeeze(1)
