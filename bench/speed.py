@@ -26,7 +26,9 @@ What runs (issue 19; the ACM paper's Fig. 9 protocol carried to whole models):
 5. Rows: one file per point under ``results/speed/<run_id>/`` (atomic writes), with ``time_ratio`` = the
    median over rounds of (point median / dense median of the same round), ``macs_ratio`` = method MACs /
    dense MACs and ``speed_efficiency`` = macs_ratio / time_ratio = (dense time / method time) / (dense
-   MACs / method MACs): 1 = the saving in MACs becomes the same saving in time.
+   MACs / method MACs): 1 = the saving in MACs becomes the same saving in time.  ``time_ratio_min`` (the
+   fastest call of the point over the fastest dense call) is a secondary estimate that a loaded machine
+   disturbs less; ``loadavg_1m`` lists the load average after each round's timing of the point.
 
 Layering: this module knows no method or task; it finds both through the registry's specs.
 """
@@ -266,7 +268,7 @@ def resolve(cfg: SpeedConfig):
 COLUMNS = ["run_id", "task", "arch", "tokens", "method", "decisions", "fraction", "executed_fraction",
            "device", "device_name", "dtype", "threads", "batch", "cuda_graph", "macs_per_sample",
            "macs_counted_per_sample", "macs_dense_per_sample", "macs_ratio", "uncounted_ops", "median_ms",
-           "iqr_ms", "min_ms", "n_samples", "dense_median_ms", "time_ratio", "time_ratio_rounds",
+           "iqr_ms", "min_ms", "n_samples", "dense_median_ms", "time_ratio", "time_ratio_rounds", "time_ratio_min",
            "speed_efficiency", "throughput_per_s", "loadavg_1m", "loadavg_1m_mean", "rounds", "min_run_s",
            "status", "torch_version", "triton_version", "git_sha", "git_dirty", "command", "timestamp"]
 
@@ -401,13 +403,15 @@ def _rows(points: list[Point], base: dict, dense_macs: float, median_iqr) -> lis
         per_round = [statistics.median(s) / statistics.median(d) for s, d in zip(point.samples, dense.samples)]
         pooled = [t for s in point.samples for t in s]
         med, iqr = median_iqr(pooled)
-        dense_med, _ = median_iqr([t for s in dense.samples for t in s])
+        dense_pooled = [t for s in dense.samples for t in s]
+        dense_med, _ = median_iqr(dense_pooled)
         ratio = statistics.median(per_round)
         macs_ratio = point.fields["macs_per_sample"] / dense_macs
         rows.append({**base, **point.fields, "cuda_graph": point.graph, "macs_dense_per_sample": dense_macs,
                      "macs_ratio": macs_ratio, "median_ms": med * 1e3, "iqr_ms": iqr * 1e3,
                      "min_ms": min(pooled) * 1e3, "n_samples": len(pooled), "dense_median_ms": dense_med * 1e3,
                      "time_ratio": ratio, "time_ratio_rounds": ";".join(f"{v:.4f}" for v in per_round),
+                     "time_ratio_min": min(pooled) / min(dense_pooled),
                      "speed_efficiency": macs_ratio / ratio, "throughput_per_s": base["batch"] / med,
                      "loadavg_1m": ";".join(f"{v:.2f}" for v in point.load),
                      "loadavg_1m_mean": statistics.fmean(point.load), "status": "ok"})
@@ -437,7 +441,8 @@ def load_rows(results_dir: str | Path = "results"):
     paths = sorted(p for p in (Path(results_dir) / "speed").glob("*/*.csv") if not p.name.startswith("."))
     if not paths:
         return pd.DataFrame(columns=COLUMNS)
-    return pd.concat([pd.read_csv(p, keep_default_na=False, na_values=[""]) for p in paths], ignore_index=True)
+    frame = pd.concat([pd.read_csv(p, keep_default_na=False, na_values=[""]) for p in paths], ignore_index=True)
+    return frame.reindex(columns=COLUMNS)  # rows of earlier versions lack later columns (NaN)
 
 
 def main(args: list[str]) -> int:
