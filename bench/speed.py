@@ -138,6 +138,20 @@ def counts(shape: tuple[int, ...], n: int, fraction: float, minimum: int, genera
     return (minimum + draws.sum(dim=1).long()).view(shape)
 
 
+def teacher_forced_macs(model: Any, inputs: Any) -> Any:
+    """MACs per sample of one teacher-forced forward of a skeleton EncoderDecoder, from its own cost ledger
+    (bench/models/seq2seq.py: every executed Linear and attention core charged to its sentence, replaced
+    modules through their ``row_macs``, i.e. the method's decision log).  Runs the forward again with the
+    decisions in place (counting phase only, never timed)."""
+    import torch
+
+    batch = inputs.shape[0]
+    model._phase, model._owner = "encoder", torch.arange(batch, device=inputs.device)
+    with model._cost_ledger(batch, inputs.device):
+        model(inputs)
+    return model.last_sample_macs
+
+
 # ------------------------------------------------------------------------------------------ configuration
 
 

@@ -16,8 +16,8 @@ FORCED = ["acm", "moefication", "avit", "early_exit", "cct"]
 TINY = ["task=imagenet", "arch=tiny", "batch=2", "rounds=1", "min_run_s=0.01"]
 
 
-def _forcer(name):
-    _, module, arch, specs = speed.resolve(speed.parse([f"method={name}", "arch=tiny"]))
+def _forcer(name, task="imagenet"):
+    _, module, arch, specs = speed.resolve(speed.parse([f"method={name}", f"task={task}", "arch=tiny"]))
     (_, cls, config), = specs
     torch.manual_seed(0)
     backbone = module.build(arch)
@@ -64,6 +64,32 @@ def test_forced_decisions_are_executed_and_counted(name, fraction):
     assert counter.report.macs / 3 == pytest.approx(float(logged.mean()), rel=1e-6)
     assert counter.report.uncounted == []
     assert 0.0 < forcer.executed_fraction(model, decisions) <= 1.0
+
+
+@pytest.mark.parametrize("task, name", [("iwslt", "acm"), ("iwslt", "moefication"), ("commonvoice", "acm"),
+                                        ("commonvoice", "moefication"), ("commonvoice", "avit")])
+def test_other_task_backbones_count_the_forced_decisions(task, name):
+    """Translation (teacher-forced encoder-decoder: the model's cost ledger) and CTC speech (per-token head)."""
+    forcer, model, backbone = _forcer(name, task)
+    gen = torch.Generator().manual_seed(3)
+    x = backbone.example(2, gen)
+    decisions = forcer.draw(model, 0.5, 2, backbone, gen)
+    with torch.inference_mode():
+        forcer.apply(model, decisions)
+        with cost.count_macs() as counter:
+            model(x)
+        logged = forcer.sample_macs(model, x).double()
+    assert counter.report.macs / 2 == pytest.approx(float(logged.mean()), rel=1e-6)
+    assert counter.report.uncounted == []
+
+
+def test_separate_decoder_width_is_refused_in_one_line():
+    from bench.errors import UserError
+    from tasks.iwslt import speed as iwslt_speed
+
+    arch = speed.SpeedArch("dat", speed.Stack(32, 1, 2, 64), speed.Stack(16, 1, 2, 64), length=4)
+    with pytest.raises(UserError, match="separate encoder \\(32\\) and decoder \\(16\\) widths"):
+        iwslt_speed.build(arch)
 
 
 def test_counts_mean_and_floor():
@@ -133,6 +159,7 @@ def test_counter_disagreement_is_one_line_and_writes_nothing(tmp_path, monkeypat
     (["bogus=1"], "unknown key 'bogus'"), (["fraction=1.5"], "fraction values must lie in [0, 1]"),
     (["batch=0"], "batch must be >= 1"), (["method=dense"], "defines no speed forcer"),
     (["arch=b17"], "has no arch 'b17'"), (["task=parity"], "defines no speed backbones"),
+    (["task=commonvoice", "method=cct"], "does not apply to task commonvoice"),
     (["device=tpu"], "choose cpu or cuda"), (["rounds=x"], "is not a valid int")])
 def test_bad_input_one_line(tmp_path, capsys, bad, message):
     assert cli.main(["speed", *TINY, *bad, f"results_dir={tmp_path}"]) == 2

@@ -5,22 +5,19 @@ auto gate width).  At fraction f every ACM's gate runs for real on its input and
 k drawn once per point (``ACM.force_k``): MLP ACMs k ~ Binomial(N, f); projection ACMs, which always run
 one learner, k = 1 + Binomial(N − 1, (f·N − 1)/(N − 1)) (f·N ≥ 1; below that k = 1).  The executed
 fraction is the cost-weighted learner fraction of the draws (``compute_fraction``); MACs per sample come
-from the logged k (``sample_macs``).
+from the logged k (``sample_macs``; on an encoder-decoder, its cost ledger over the teacher-forced forward,
+which charges every ACM's ``row_macs``).  Encoder and decoder here have the same length, so one draw
+shape [B, T] fits every ACM, cross-attention K/V included.
 """
 
 from __future__ import annotations
 
-from bench.speed import Forcer, SpeedBackbone, counts
+from bench.speed import Forcer, SpeedBackbone, counts, teacher_forced_macs
 from methods.acm import modules as M
 
 
 class ACMForcer(Forcer):
     decisions = "learners per token (every ACM)"
-
-    def supports(self, backbone: SpeedBackbone) -> str | None:
-        if "encoder-decoder" in backbone.capabilities:
-            return "the decision log of a teacher-forced encoder-decoder forward is not implemented (decoding only)"
-        return None
 
     def settings(self) -> M.ACMSettings:
         c = self.cfg
@@ -45,4 +42,6 @@ class ACMForcer(Forcer):
         return float(M.compute_fraction(M.acm_layers(model), decisions).double().mean())
 
     def sample_macs(self, model, inputs):
+        if hasattr(model, "_cost_ledger"):  # an encoder-decoder: its ledger charges every ACM's row_macs
+            return teacher_forced_macs(model, inputs)
         return M.sample_macs(model)
