@@ -47,7 +47,7 @@ class TaskSpec:
     # names (``<task>_pareto.png``) whatever other datasets have rows; other datasets get their own names.
     default_dataset: str = ""
     # `bench speed`: the module with this task's named model sizes (``ARCHS``) and ``build(arch)``
-    # (bench/speed.py); "" = none.
+    # (bench/speed.py); "" = the ``speed`` module beside ``impl`` if there is one (tasks/<t>/speed.py).
     speed: str = ""
 
 
@@ -65,7 +65,8 @@ class MethodSpec:
     support: Callable[[TaskSpec, Any], str | None] = field(default=lambda task, cfg: None)
     # Overrides that make the method's training tiny for the registry-parametrized tests.
     test_overrides: tuple[str, ...] = ()
-    # `bench speed`: "module:Class" of the method's decision forcer (a bench.speed.Forcer); "" = none.
+    # `bench speed`: "module:Class" of the method's decision forcer (a bench.speed.Forcer); "" = ``FORCER``
+    # of the ``speed`` module beside ``impl`` if there is one (methods/<m>/speed.py).
     speed: str = ""
 
 

@@ -4,12 +4,13 @@
 
 What runs (issue 19; the ACM paper's Fig. 9 protocol carried to whole models):
 
-1. The task builds its backbone at a named paper size with random weights (the task's ``speed`` module:
-   an ``ARCHS`` table of :class:`SpeedArch` and ``build(arch) -> SpeedBackbone``).  Only time and cost
+1. The task builds its backbone at a named paper size with random weights (the task's ``speed`` module,
+   ``tasks/<t>/speed.py`` or the one its ``TaskSpec.speed`` names: an ``ARCHS`` table of :class:`SpeedArch`
+   and ``build(arch) -> SpeedBackbone``).  Only time and cost
    are measured, never quality.
 2. Each method converts a copy of that backbone and FORCES its own decisions to a target executed
-   fraction with random draws of the right mean (the method's ``speed`` forcer, a :class:`Forcer` in
-   ``methods/<m>/speed.py``, named by ``MethodSpec.speed``): learners per token (ACM), experts per token
+   fraction with random draws of the right mean (the method's forcer: ``FORCER``, a :class:`Forcer`, in
+   ``methods/<m>/speed.py``, or the ``module:Class`` its ``MethodSpec.speed`` names): learners per token (ACM), experts per token
    (MoEfication), tokens kept per layer (A-ViT), exit block per sample (early exit), gates (CCT).  The
    method's gates/routers still run on the real input (their cost counts); only their choices are
    replaced, once per point, before timing.
@@ -87,7 +88,7 @@ class SpeedBackbone:
 
 
 class Forcer:
-    """A method's decision forcer (``methods/<m>/speed.py``, named by ``MethodSpec.speed``).
+    """A method's decision forcer (``FORCER`` in ``methods/<m>/speed.py``, or named by ``MethodSpec.speed``).
 
     ``cfg`` is the method's config with its defaults (its dataclass instance).  A forcer converts a copy of
     the dense backbone (random weights for whatever the method adds), draws decisions with a given mean
@@ -251,29 +252,50 @@ def _check(cfg: SpeedConfig) -> SpeedConfig:
     return cfg
 
 
+def speed_module(spec: Any) -> str:
+    """The module of a method's forcer / a task's speed sizes: the spec's ``speed`` field, else the
+    ``speed`` module beside its implementation (``methods/<m>/speed.py``, ``tasks/<t>/speed.py``)."""
+    if getattr(spec, "speed", ""):
+        return spec.speed.split(":")[0]
+    return spec.impl.split(":")[0].rsplit(".", 1)[0] + ".speed"
+
+
+def _import(name: str):
+    """The module ``name``, or None when it does not exist (an error inside it propagates)."""
+    import importlib
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec(name) is None:
+            return None
+    except ModuleNotFoundError:
+        return None
+    return importlib.import_module(name)
+
+
 def resolve(cfg: SpeedConfig):
-    """(task spec, speed module, arch, [(method name, forcer class)]) or UserError (one line)."""
+    """(task spec, speed module, arch, [(method name, forcer class, method config class)]) or UserError."""
     from bench import registry
 
     task = registry.task_spec(cfg.task)
-    if not getattr(task, "speed", ""):
-        have = [t for t, s in registry.tasks().items() if getattr(s, "speed", "")]
+    module = _import(speed_module(task))
+    if module is None or not hasattr(module, "ARCHS"):
+        have = [t for t, s in registry.tasks().items() if _import(speed_module(s)) is not None]
         raise UserError(f"speed: task {cfg.task} defines no speed backbones; tasks that do: {', '.join(have)}")
-    import importlib
-
-    module = importlib.import_module(task.speed)
     if cfg.arch not in module.ARCHS:
         raise UserError(f"speed: {cfg.task} has no arch '{cfg.arch}'; choose one of {', '.join(module.ARCHS)}")
     forcers = []
     for name in cfg.method:
         spec = registry.method_spec(name)
-        if not getattr(spec, "speed", ""):
-            have = [m for m, s in registry.methods().items() if getattr(s, "speed", "")]
+        forcer = _import(speed_module(spec))
+        attr = spec.speed.split(":")[1] if ":" in getattr(spec, "speed", "") else "FORCER"
+        if forcer is None or not hasattr(forcer, attr):
+            have = [m for m, s in registry.methods().items() if _import(speed_module(s)) is not None]
             raise UserError(f"speed: method {name} defines no speed forcer; methods that do: {', '.join(have)}")
         reason = registry.support_reason(spec, task)
         if reason:
             raise UserError(f"speed: method {name} does not apply to task {cfg.task}: {reason}")
-        forcers.append((name, registry.load_impl(spec.speed), spec.config))
+        forcers.append((name, getattr(forcer, attr), spec.config))
     return task, module, module.ARCHS[cfg.arch], forcers
 
 

@@ -61,5 +61,4 @@ SPEC = register_method(MethodSpec(
     support=requires_backbone(("encoder", "encoder-decoder"),
                               "ACM replaces transformer MLPs/projections; this task's backbone has none"),
     test_overrides=("acm.min_distill_steps=2", "acm.min_gate_steps=2"),
-    speed="methods.acm.speed:ACMForcer",
 ))

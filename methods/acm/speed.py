@@ -45,3 +45,6 @@ class ACMForcer(Forcer):
         if hasattr(model, "_cost_ledger"):  # an encoder-decoder: its ledger charges every ACM's row_macs
             return teacher_forced_macs(model, inputs)
         return M.sample_macs(model)
+
+
+FORCER = ACMForcer

@@ -45,5 +45,4 @@ SPEC = register_method(MethodSpec(
     support=requires_backbone("encoder", "A-ViT halts the tokens of an encoder-only transformer; this task configuration "
                                          "builds none (an RNN, or an encoder-decoder: not implemented)"),
     test_overrides=("avit.total_steps=12", "avit.eval_epsilons=[0.5]", "avit.halt_init=0.3"),
-    speed="methods.avit.speed:AViTForcer",
 ))

@@ -39,3 +39,6 @@ class AViTForcer(Forcer):
 
     def sample_macs(self, model, inputs):
         return model.sample_macs()
+
+
+FORCER = AViTForcer

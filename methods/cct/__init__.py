@@ -56,5 +56,4 @@ SPEC = register_method(MethodSpec(
     knob_kind="eval",
     support=_support,
     test_overrides=("cct.gate_hidden=4",),
-    speed="methods.cct.speed:CCTForcer",
 ))

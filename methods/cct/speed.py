@@ -46,3 +46,6 @@ class CCTForcer(Forcer):
 
     def sample_macs(self, model, inputs):
         return model.sample_macs()
+
+
+FORCER = CCTForcer

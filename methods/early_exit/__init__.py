@@ -50,5 +50,4 @@ SPEC = register_method(MethodSpec(
     support=requires_backbone("encoder", "early exit puts classifier heads between the blocks of an encoder-only "
                                          "transformer; this task builds none (an RNN, or an encoder-decoder: DAT)"),
     test_overrides=("early_exit.total_steps=12", "early_exit.thresholds=[0.0,0.5,1.0]"),
-    speed="methods.early_exit.speed:EarlyExitForcer",
 ))

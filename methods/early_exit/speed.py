@@ -46,3 +46,6 @@ class EarlyExitForcer(Forcer):
 
     def sample_macs(self, model, inputs):
         return model.sample_macs()
+
+
+FORCER = EarlyExitForcer

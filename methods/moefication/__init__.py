@@ -42,5 +42,4 @@ SPEC = register_method(MethodSpec(
                               "MoEfication splits the MLPs of the shared transformer; this task builds none"),
     test_overrides=("moefication.experts=4", "moefication.k_values=[1,2]", "moefication.total_steps=10",
                     "moefication.kmeans_iters=10"),
-    speed="methods.moefication.speed:MoeficationForcer",
 ))

@@ -55,3 +55,6 @@ class MoeficationForcer(Forcer):
         tokens = moes[0].last_tokens
         fixed = model.macs(tokens) - sum(m.macs(tokens) for m in moes) + sum(m.fixed_macs(tokens) for m in moes)
         return sum(m.last_pairs.double().cpu() * m.pair_macs() for m in moes) + float(fixed)
+
+
+FORCER = MoeficationForcer

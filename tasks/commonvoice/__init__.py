@@ -67,5 +67,4 @@ SPEC = register_task(TaskSpec(
                     "commonvoice.method_steps=10", "commonvoice.batch_size=8", "commonvoice.warmup=0",
                     "commonvoice.eval_batch=8", "commonvoice.clip_seconds=2.0"),
     test_variants=((), ("commonvoice.eval_set=pocketsphinx",)),
-    speed="tasks.commonvoice.speed",
 ))

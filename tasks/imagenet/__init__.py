@@ -66,5 +66,4 @@ SPEC = register_task(TaskSpec(
                     "imagenet.mlp=32", "imagenet.train_steps=3", "imagenet.method_steps=10",
                     "imagenet.batch_size=16", "imagenet.warmup=0", "imagenet.eval_batch=128",
                     "imagenet.eval_samples=256"),
-    speed="tasks.imagenet.speed",
 ))

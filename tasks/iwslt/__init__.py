@@ -89,7 +89,6 @@ SPEC = register_task(TaskSpec(
     backbones=_backbones,
     test_overrides=tuple(f"iwslt.{o}" for o in _TEST),
     figures="tasks.iwslt.figures:translation_figures",
-    speed="tasks.iwslt.speed",
 ))
 
 WMT_SPEC = register_task(TaskSpec(
@@ -103,5 +102,4 @@ WMT_SPEC = register_task(TaskSpec(
     backbones=_backbones,
     test_overrides=tuple(f"wmt.{o}" for o in _TEST) + ("wmt.source=trans-de-en",),
     figures="tasks.iwslt.figures:translation_figures",
-    speed="tasks.iwslt.speed",
 ))
