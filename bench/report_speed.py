@@ -99,7 +99,7 @@ def plot(rows, device: str, batch: int, fit: dict | None, path: Path) -> Path:
         ax.set_xlim(0, 1.2)
         ax.set_ylim(0, max(1.3, float(panel["time_ratio"].max()) * 1.05))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper left")
+        ax.legend(fontsize=7, loc="lower right")
     first = rows.iloc[0]
     fig.suptitle(f"bench speed: wall-clock time vs MACs, {first['device_name']}, batch {batch}", fontsize=10)
     fig.tight_layout()
