@@ -26,6 +26,9 @@ verbs:
         run-level keys, registered methods and tasks (with plugins), their config keys, the method x task matrix
   kernels [--help]
         ACM kernel latency benchmark (latency vs executed fraction against linear scaling)
+  speed method=<m>[,<m>...] task=<t> arch=<a> fraction=<f>[,...] batch=<b> threads=<n> [key=value ...]
+        each method's real path at a paper's model size with forced decisions, timed against the dense
+        backbone in the same process; rows go to results/speed/<run_id>/ (`speed --help` lists the keys)
 
 Bad input (any verb) prints one line starting with "bench: error:" and exits with code 2; Ctrl-C prints
 one line (the step reached and the checkpoint saved) and exits with 130; the same command resumes.
@@ -258,7 +261,22 @@ def cmd_kernels(args: list[str]) -> int:
     return kernel_bench.main(args)
 
 
-VERBS = {"run": cmd_run, "report": cmd_report, "ls": cmd_ls, "kernels": cmd_kernels}
+def cmd_speed(args: list[str]) -> int:
+    """``bench speed``: key=value arguments (bench/speed.py); bad input is one line, exit 2."""
+    from bench import speed
+
+    if any(a in ("--help", "-h") for a in args):
+        print("usage: python -m bench speed [key=value ...]\n" + speed.__doc__.split("\n\n")[0] + "\n\nkeys:")
+        for key, help_text in speed.KEYS.items():
+            print(f"  {key}={getattr(speed.SpeedConfig(), key)!r}  {help_text}")
+        return 0
+    try:
+        return speed.main(args)
+    except (ConfigError, UserError) as err:
+        return fail(str(err))
+
+
+VERBS = {"run": cmd_run, "report": cmd_report, "ls": cmd_ls, "kernels": cmd_kernels, "speed": cmd_speed}
 
 
 def main(argv: list[str] | None = None) -> int:

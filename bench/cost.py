@@ -8,7 +8,8 @@ ops, norms, softmax and bias adds are not counted.
 
 Ops that executed, have no MAC formula, and are not known to be elementwise/view/reduction ops are
 listed in ``CostReport.uncounted`` so a silent zero never goes unnoticed.  A formula is registered for
-the fused CPU attention kernel, which FlopCounterMode does not know, and the ACM operators
+the fused CPU attention kernel and the in-place ``addmm_`` (which FlopCounterMode does not know), and the
+ACM operators
 (``torch.ops.bench.acm_triton`` / ``acm_sorted``, :mod:`bench.kernels.acm_ops`) register theirs.
 """
 
@@ -49,7 +50,7 @@ _NO_MAC_OPS = {
     "aten.bucketize", "aten.stft", "aten._fft_r2c", "aten.abs", "aten.log", "aten.exp", "aten.triu", "aten.tril",
     "aten._unsafe_view", "aten.__and__", "aten.__or__", "aten.__xor__", "aten.__invert__",
     "aten.is_nonzero", "aten.index_copy", "aten.index_copy_", "aten.logical_and", "aten.logical_or",
-    "aten.logical_not", "aten.bitwise_and", "aten.bitwise_or", "aten.bitwise_not", "aten.view", "aten.expand", "aten.t", "aten.transpose", "aten.permute",
+    "aten.logical_not", "aten.triu", "aten.tril", "aten.bitwise_and", "aten.bitwise_or", "aten.bitwise_not", "aten.view", "aten.expand", "aten.t", "aten.transpose", "aten.permute",
 }
 
 
@@ -59,6 +60,13 @@ def _sdpa_cpu_flop(query_shape, key_shape, value_shape, *args, out_shape=None, *
     b, h, t_q, d_qk = query_shape
     t_k, d_v = key_shape[-2], value_shape[-1]
     return 2 * b * h * t_q * t_k * d_qk + 2 * b * h * t_q * t_k * d_v
+
+
+@register_flop_formula(aten.addmm_)
+def _addmm_inplace_flop(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    """The in-place ``addmm_`` (accumulating GEMMs, e.g. ``acm_prefix``): the MACs of ``addmm``."""
+    m, k = a_shape
+    return 2 * m * k * b_shape[1]
 
 
 def _op_name(func) -> str:

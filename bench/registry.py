@@ -56,6 +56,9 @@ class TaskSpec:
     # Paper claims tested on this task's rows: "module:attr" naming a list of bench.claims.Claim; "" = the
     # ``CLAIMS`` list of a ``claims`` module beside ``impl``, if there is one (tasks/<name>/claims.py)
     claims: str = ""
+    # `bench speed`: the module with this task's named model sizes (``ARCHS``) and ``build(arch)``
+    # (bench/speed.py); "" = the ``speed`` module beside ``impl`` if there is one (tasks/<t>/speed.py).
+    speed: str = ""
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,9 @@ class MethodSpec:
     # Paper claims `bench report` evaluates: "module:attr" naming a list of bench.claims.Claim; "" = the
     # ``CLAIMS`` list of a ``claims`` module beside ``impl``, if there is one (methods/<name>/claims.py)
     claims: str = ""
+    # `bench speed`: "module:Class" of the method's decision forcer (a bench.speed.Forcer); "" = ``FORCER``
+    # of the ``speed`` module beside ``impl`` if there is one (methods/<m>/speed.py).
+    speed: str = ""
 
 
 def requires_backbone(kind: str | tuple[str, ...], reason: str) -> Callable[[TaskSpec, Any], str | None]:

@@ -843,13 +843,14 @@ def view_stems(views: list[TaskView]) -> dict[tuple[str, str], str]:
 
 
 def main(results_dir: str = "results", reports_dir: str = "reports", echo=print) -> list[str]:
-    """Write the per-task figures, reports/claims.{md,html} and reports/leaderboard.{md,html}; return the
-    paths written.  ``echo`` receives what was read (rows, duplicates, per-sample files, claims)."""
-    from bench import report_claims, report_e2e, report_plots
+    """Write the per-task figures, reports/claims.{md,html}, the speed pages and
+    reports/leaderboard.{md,html}; return the paths written.  ``echo`` receives what was read (rows,
+    duplicates, per-sample files, claims)."""
+    from bench import report_claims, report_plots, report_speed
 
     frame = results.load(results_dir)
     kernel_paths = kernel_report(Path(results_dir), Path(reports_dir))
-    kernel_paths += report_e2e.write(Path(results_dir), Path(reports_dir))  # ACM end to end (results/e2e)
+    kernel_paths += report_speed.write(Path(results_dir), Path(reports_dir))  # bench speed (results/speed)
     if frame.empty:
         if kernel_paths:
             return kernel_paths

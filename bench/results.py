@@ -6,6 +6,7 @@ Layout::
     results/<task>/<method>/<row_id>.samples.csv.gz per-sample predictions, correctness and MACs
     results/<task>/<method>/<row_id>.config.yaml    the run's resolved config
     results/kernels/<row_id>.csv                    kernel benchmark rows (their own schema)
+    results/speed/<run_id>/<point>.csv              `bench speed` rows (their own schema, bench/speed.py)
 
 Each file is written to a temporary name in the same directory and renamed into place (``os.replace``
 is atomic on POSIX), so two concurrent runs never clobber each other and an interrupted run leaves no
@@ -200,7 +201,7 @@ def same_point_rows(results_dir: Path | str, task: str, method: str, suffix: str
 
 def _row_files(results_dir: Path) -> Iterable[Path]:
     for path in sorted(results_dir.glob("*/*/*.csv")):
-        if path.parent.parent.name != "kernels" and not path.name.startswith("."):
+        if path.parent.parent.name not in ("kernels", "speed") and not path.name.startswith("."):
             yield path
 
 

@@ -42,8 +42,9 @@ def stable_hash(obj: Any, length: int = 12) -> str:
 
 
 # Files of a method/task package that cannot change trained weights (drawing figures from results, timing
-# randomly initialised models end to end, declaring the claims the report evaluates).
-NOT_TRAINING_CODE = {"figures.py", "e2e.py", "claims.py"}  # claims.py: paper claims the report evaluates
+# randomly initialised models with forced decisions for `bench speed`, declaring the claims the report
+# evaluates).
+NOT_TRAINING_CODE = {"figures.py", "speed.py", "claims.py"}
 
 
 def code_version(*objects: Any) -> str:

@@ -94,6 +94,20 @@ def test_real_path_equals_masked_path_and_is_batch_invariant():
     torch.testing.assert_close(reversed_, real, rtol=1e-4, atol=1e-5)
 
 
+def test_ragged_block_path_equals_grouped_fallback(monkeypatch):
+    """The real path's one-matrix-per-batch block (ragged_block) and the per-count grouped fallback agree."""
+    model = avit()
+    model.real_path = True
+    ids = token_batch(8, padded=True, seed=5)
+    with torch.no_grad():
+        ragged = model(ids)
+        kept = model.last.kept.clone()
+        monkeypatch.setattr(M, "_plain_block", lambda block: False)
+        grouped = model(ids)
+    torch.testing.assert_close(ragged, grouped, rtol=1e-4, atol=1e-5)
+    assert torch.equal(kept, model.last.kept) and len(set(kept[:, -1].tolist())) > 1  # ragged counts occurred
+
+
 def test_mean_field_weights_sum_to_one():
     """sum_l p^l = 1 per token: p = h at the blocks before the halting block, R = 1 - sum of them at it."""
     model = avit()

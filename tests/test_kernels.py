@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from bench.kernels.acm_torch import (  # noqa: E402
-    ACTIVATIONS, acm_masked, acm_naive, acm_reference_fp64, acm_sorted, random_k,
+    ACTIVATIONS, acm_cpu, acm_masked, acm_naive, acm_prefix, acm_reference_fp64, acm_sorted, random_k,
 )
 
 D, N, W = 32, 4, 16
@@ -62,7 +62,7 @@ def test_torch_paths_match_fp64(activation, bias, case):
     x = tokens(len(k))
     w1, b1, w2 = layer(bias=bias)
     ref = acm_reference_fp64(x, k, w1, b1, w2, W, activation)
-    for fn in (acm_masked, acm_naive, acm_sorted):
+    for fn in (acm_masked, acm_naive, acm_sorted, acm_prefix, acm_cpu):
         out = fn(x, k, w1, b1, w2, W, activation)
         assert out.dtype == x.dtype and out.shape == x.shape
         torch.testing.assert_close(out.double(), ref, atol=1e-4, rtol=1e-4, msg=fn.__name__)
@@ -92,11 +92,26 @@ def test_sorted_is_batch_invariant():
     torch.testing.assert_close(out[:32], big[perm[:32]], atol=1e-6, rtol=1e-5)
 
 
+def test_cpu_path_picks_prefix_for_small_groups(monkeypatch):
+    """acm_cpu: the prefix arrangement when some group of equal k >= 1 is small, the sorted one otherwise."""
+    from bench.kernels import acm_torch
+
+    calls = []
+    monkeypatch.setattr(acm_torch, "_prefix", lambda *a: calls.append("prefix"))
+    monkeypatch.setattr(acm_torch, "_sorted", lambda *a: calls.append("sorted"))
+    w1, b1, w2 = layer()
+    small = random_k(40, N, 0.5, torch.Generator().manual_seed(1))
+    large = torch.arange(N + 1).repeat_interleave(acm_torch.SMALL_GROUP)
+    acm_cpu(tokens(len(small)), small, w1, b1, w2, W)
+    acm_cpu(tokens(len(large)), large, w1, b1, w2, W)
+    assert calls == ["prefix", "sorted"]
+
+
 def test_k0_tokens_give_exact_zeros():
     k = ragged_k()
     x = tokens(len(k))
     w1, b1, w2 = layer()
-    for fn in (acm_masked, acm_naive, acm_sorted):
+    for fn in (acm_masked, acm_naive, acm_sorted, acm_prefix):
         out = fn(x, k, w1, b1, w2, W)
         assert torch.equal(out[k == 0], torch.zeros_like(out[k == 0])), fn.__name__
         assert (out[k > 0].abs().sum(dim=1) > 0).all()
@@ -111,7 +126,7 @@ def test_executed_macs():
     expected_sparse = int(k.sum()) * W * D * 2  # GEMM1 + GEMM2, only the executed learners
     expected_dense = len(k) * N * W * D * 2
     for fn, expected in ((acm_sorted, expected_sparse), (acm_naive, expected_sparse),
-                         (acm_masked, expected_dense)):
+                         (acm_prefix, expected_sparse), (acm_masked, expected_dense)):
         with torch.no_grad(), count_macs() as counter:
             fn(x, k, w1, b1, w2, W)
         assert counter.report.macs == expected, fn.__name__

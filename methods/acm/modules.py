@@ -37,9 +37,9 @@ Execution paths:
   m_n = Σ_{c: k_c ≥ n} ν̂_c (exactly 1[n ≤ k] in the forward pass) on the hidden slices.  With
   ``gate_grad="none"`` (the public code's behaviour: the task loss sends no gradient to the gates) the
   output is ``acm_masked`` at the hard k; the gates learn from the auxiliary losses only.
-- real (evaluation, counting, timing): gate argmax → k per token → ``acm_sorted`` (CPU) or
-  ``acm_triton`` (CUDA): tokens grouped by k, one GEMM pair per group on weights sliced to k·w, nothing
-  for k = 0.  No loop bound depends on the batch maximum: the public code's gated loop stops one learner
+- real (evaluation, counting, timing): gate argmax → k per token → ``acm_cpu`` (CPU: the sorted path,
+  or its per-learner prefix arrangement when groups are small) or ``acm_triton`` (CUDA): tokens grouped
+  by k, GEMMs on weights sliced to the learners each token runs, nothing for k = 0.  No loop bound depends on the batch maximum: the public code's gated loop stops one learner
   short for tokens whose choice is the batch maximum (notes §1.7), which made outputs batch-dependent;
   the kernels run exactly k learners for every token (tests check it).
 
@@ -56,7 +56,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bench.kernels.acm_torch import acm_masked, acm_naive, acm_sorted
+from bench.kernels.acm_torch import acm_cpu, acm_masked, acm_naive
 from bench.models.transformer import MLP, Attention, Block, Encoder, _module_macs, attention_core_macs, linear_macs
 
 PROJECTIONS = ("q", "k", "v", "o")
@@ -118,15 +118,15 @@ def gumbel_straight_through(logits: Tensor, temperature: float, generator: torch
 
 
 def real_kernel(device: torch.device, differentiable: bool = False):
-    """The inference forward: the Triton kernel on CUDA, the sorted PyTorch path elsewhere (both are
-    inference-only); when autograd must see it, the gather/``index_add_`` path ``acm_naive`` (same work)."""
+    """The inference forward: the Triton kernel on CUDA, elsewhere the sorted PyTorch path or, when some
+    group of equal k is small, its per-learner prefix arrangement (``acm_cpu``; both inference-only); when autograd must see it, the gather/``index_add_`` path ``acm_naive`` (same work)."""
     if differentiable:
         return acm_naive
     if device.type == "cuda":
         from bench.kernels.acm_triton import acm_triton
 
         return acm_triton
-    return acm_sorted
+    return acm_cpu
 
 
 class ACM(nn.Module):

@@ -15,10 +15,12 @@ Two paths, the same function (tests check they agree):
   mask) and their block outputs are discarded (``torch.where``), so they receive no update at all — the
   fix of NVlabs/A-ViT#13 (the original leaves attention/MLP outputs of halted tokens unmasked and masks
   via ``.data``, hidden from autograd).
-* real (evaluation, counting, timing): at every block only active tokens run.  Samples are grouped by
-  their active-token count n; each group's active tokens are gathered into a dense [G, n, d] tensor, run
-  through the unchanged skeleton block (no mask: halted tokens are neither queries nor keys/values) and
-  scattered back.  Cost per block per sample = block.macs(n_l) (the n_l² attention term uses that
+* real (evaluation, counting, timing): at every block only active tokens run.  The active tokens of the
+  whole batch are gathered into one [N, d] matrix: norms, projections and MLP run once on it (one GEMM
+  per Linear for the batch), attention per sample over that sample's active tokens (``ragged_block``;
+  halted tokens are neither queries nor keys/values), and the rows are scattered back.  (A block that is
+  not the plain skeleton Block falls back to grouping samples by active count and calling the block on
+  each group.)  Cost per block per sample = block.macs(n_l) (the n_l² attention term uses that
   sample's own count), and a sample's result never depends on the other samples of the batch.
 
 Distribution prior (§3.3, with NVlabs/A-ViT#4 fixed): H^l = mean of h^l over the batch's valid tokens
@@ -65,6 +67,7 @@ class AViTEncoder(nn.Module):
         self.epsilon = epsilon
         self.real_path = False
         self.last: HaltLog | None = None
+        self.force_depth: Tensor | None = None  # [B, T] blocks each token runs, replacing the halting (bench speed)
         self.last_positions = 1
         # True when the task's head reads every token although the encoder's pool would reduce them
         # (an encoder whose forward skips pooling, e.g. a CTC encoder); set by the method from a probe.
@@ -87,9 +90,12 @@ class AViTEncoder(nn.Module):
         self.last_positions = pooled.shape[1] if pooled.dim() == 3 else 1
         return enc.head(pooled)
 
-    def _halt(self, x: Tensor, active: Tensor, c: Tensor, last: bool):
-        """One block of the halting rule on [B, T] tensors; returns (h, p, halting_now, new c)."""
+    def _halt(self, x: Tensor, active: Tensor, c: Tensor, last: bool, layer: int = 0):
+        """One block of the halting rule on [B, T] tensors; returns (h, p, halting_now, new c).
+        With ``force_depth`` the scores are computed and replaced by 1 at a token's forced last block."""
         h = torch.ones_like(c) if last else self.scores(x)
+        if self.force_depth is not None and not last:
+            h = (self.force_depth <= layer + 1).to(h.dtype)
         h = torch.where(active, h, torch.zeros_like(h))
         halting = active & ((c + h >= 1.0 - self.epsilon) | last)
         p = torch.where(halting, 1.0 - c, h)
@@ -110,7 +116,7 @@ class AViTEncoder(nn.Module):
             # halted keys excluded; a sample with no active token keeps all keys (its rows are discarded)
             key_mask = ~active & active.any(dim=1, keepdim=True)
             x = torch.where(active.unsqueeze(-1), block(x, key_mask), x)
-            h, p, halting, c_new = self._halt(x, active, c, l == len(blocks) - 1)
+            h, p, halting, c_new = self._halt(x, active, c, l == len(blocks) - 1, l)
             acc = acc + p.unsqueeze(-1) * x
             steps = steps + active.to(x.dtype)
             remainder = torch.where(halting, 1.0 - c, remainder)
@@ -133,16 +139,15 @@ class AViTEncoder(nn.Module):
         for l, block in enumerate(blocks):
             counts = active.sum(dim=1)
             kept[:, l] = counts
-            for n in torch.unique(counts).tolist():
-                if n == 0:
-                    continue
-                group = (counts == n).nonzero().squeeze(1)
-                # positions of each sample's active tokens, in order (stable sort puts active first)
-                order = torch.sort((~active.index_select(0, group)).to(torch.uint8), dim=1, stable=True)[1][:, :n]
-                flat = (group.unsqueeze(1) * t + order).reshape(-1)
-                tokens = flat_x.index_select(0, flat).view(len(group), n, d)
-                flat_x.index_copy_(0, flat, block(tokens).reshape(-1, d))
-            h, p, halting, c_new = self._halt(x, active, c, l == len(blocks) - 1)
+            if _plain_block(block):
+                # every active token of the batch in one [N, d] matrix (sample-major): one GEMM per Linear for
+                # the whole batch; attention per sample over its own active tokens
+                rows = active.reshape(-1).nonzero().squeeze(1)
+                tokens = flat_x.index_select(0, rows)
+                flat_x.index_copy_(0, rows, ragged_block(block, tokens, counts.tolist()))
+            else:
+                self._grouped(block, flat_x, active, counts)
+            h, p, halting, c_new = self._halt(x, active, c, l == len(blocks) - 1, l)
             acc = acc + p.unsqueeze(-1) * x
             steps = steps + active.to(x.dtype)
             remainder = torch.where(halting, 1.0 - c, remainder)
@@ -151,6 +156,20 @@ class AViTEncoder(nn.Module):
             if not bool(active.any()):
                 break
         return acc, HaltLog(steps, remainder, kept, layer_scores, valid)
+
+    @staticmethod
+    def _grouped(block: nn.Module, flat_x: Tensor, active: Tensor, counts: Tensor) -> None:
+        """Any block: samples grouped by active count n, each group's tokens as a dense [G, n, d] batch."""
+        t, d = active.shape[1], flat_x.shape[1]
+        for n in torch.unique(counts).tolist():
+            if n == 0:
+                continue
+            group = (counts == n).nonzero().squeeze(1)
+            # positions of each sample's active tokens, in order (stable sort puts active first)
+            order = torch.sort((~active.index_select(0, group)).to(torch.uint8), dim=1, stable=True)[1][:, :n]
+            flat = (group.unsqueeze(1) * t + order).reshape(-1)
+            tokens = flat_x.index_select(0, flat).view(len(group), n, d)
+            flat_x.index_copy_(0, flat, block(tokens).reshape(-1, d))
 
     # --- cost -----------------------------------------------------------------------------------------
     def sample_macs(self) -> Tensor:
@@ -164,6 +183,33 @@ class AViTEncoder(nn.Module):
             n = kept[:, l]
             total = total + block.macs(n)  # 4nd² + 2n·d·d_mlp + 2n²d: the formula holds for tensors
         return total.cpu()
+
+
+def _plain_block(block: nn.Module) -> bool:
+    """A skeleton Block with the skeleton's attention and MLP (what :func:`ragged_block` re-implements)."""
+    return (type(block) is skeleton.Block and type(block.attn) is skeleton.Attention
+            and type(block.mlp) is skeleton.MLP)
+
+
+def ragged_block(block: skeleton.Block, x: Tensor, counts: list[int]) -> Tensor:
+    """``block`` on the active tokens of several samples stacked as one [N, d] matrix (sample s owns the
+    next ``counts[s]`` rows): the same operations as ``Block.forward`` on each sample alone, with the
+    norms, projections and MLP run once on all N rows and attention per sample (its own tokens only)."""
+    attn = block.attn
+    y = block.norm1(x)
+    q, k, v = attn.q(y), attn.k(y), attn.v(y)
+    mixed = torch.empty_like(q)
+    heads, start = attn.n_heads, 0
+    for n in counts:
+        if n == 0:
+            continue
+        rows = slice(start, start + n)
+        start += n
+        qh, kh, vh = (z[rows].view(n, heads, -1).transpose(0, 1) for z in (q, k, v))  # [H, n, dh]
+        scores = torch.matmul(qh, kh.transpose(-2, -1)) / math.sqrt(qh.shape[-1])
+        mixed[rows] = torch.matmul(torch.softmax(scores, dim=-1), vh).transpose(0, 1).reshape(n, -1)
+    x = x + attn.o(mixed)
+    return x + block.mlp(block.norm2(x))
 
 
 # --- losses ---------------------------------------------------------------------------------------------

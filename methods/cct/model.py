@@ -124,6 +124,7 @@ class CCTBlock(nn.Module):
         self.ffn = SlicedFFN(block.mlp, self.norm2, slices, activation, eps)  # after the gates: same init order
         self.width = self.ffn.width
         self.last: Decisions | None = None
+        self.force: Decisions | None = None  # replaces the real path's gate decisions (bench speed)
         self.last_gates: list[Tensor] = []  # soft gates of the last training forward: kv, q, ffn
 
     # --- pieces ----------------------------------------------------------------------------------------
@@ -171,6 +172,8 @@ class CCTBlock(nn.Module):
         y = self.norm1(flat)
         on_kv = (self.gate_kv(y) >= 0).squeeze(-1)
         on_q = (self.gate_q(y) >= 0).squeeze(-1)
+        if self.force is not None:  # the control networks ran; their decisions are replaced
+            on_kv, on_q = self.force.kv.reshape(-1), self.force.q.reshape(-1)
         kv_rows = torch.nonzero(on_kv).squeeze(1)
         y_kv = y.index_select(0, kv_rows)
         keys = flat.new_zeros(b * t, d).index_copy_(0, kv_rows, self.ln_k(self.k(y_kv)))
@@ -178,13 +181,17 @@ class CCTBlock(nn.Module):
         q_rows = torch.nonzero(on_q).squeeze(1)
         out = flat.clone()
         if q_rows.numel():
-            sample = torch.div(q_rows, t, rounding_mode="floor")
-            q = self.q(y.index_select(0, q_rows)).unsqueeze(1)  # [nq, 1, d]
-            k = keys.view(b, t, d).index_select(0, sample)  # [nq, T, d]: the query's own sample
-            v = values.view(b, t, d).index_select(0, sample)
-            mixed = self._attend(q, k, v).squeeze(1)
+            # the on-queries of sample s are a contiguous run of q_rows (ascending): one attention per sample
+            # over that sample's own T keys (no per-query copy of the keys and values)
+            q = self.q(y.index_select(0, q_rows))  # [nq, d]
+            per_sample = torch.bincount(torch.div(q_rows, t, rounding_mode="floor"), minlength=b).tolist()
+            keys, values = keys.view(b, t, d), values.view(b, t, d)
+            mixed = torch.cat([self._attend(chunk.unsqueeze(0), keys[s:s + 1], values[s:s + 1]).squeeze(0)
+                               for s, chunk in enumerate(q.split(per_sample)) if chunk.shape[0]])
             out.index_add_(0, q_rows, self.o(self.ln_o(mixed)))
         on_f = self.gate_f(self.norm2(out)) >= 0  # [B·T, M]
+        if self.force is not None:
+            on_f = self.force.ffn.reshape(-1, self.slices)
         mid = out.clone()
         for i in range(self.slices):
             rows = torch.nonzero(on_f[:, i]).squeeze(1)

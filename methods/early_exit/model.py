@@ -103,6 +103,7 @@ class EarlyExitEncoder(nn.Module):
         self.use_ensemble = False
         self.threshold = 1.0
         self.last_exit: Tensor | None = None  # [B] exit index; len(exit_blocks) = the final head
+        self.force_exit: Tensor | None = None  # [B] exit index replacing the threshold rule (bench speed)
         self.last_tokens = 0
         self.last_positions = 1
         # True when the task's head reads every token although the encoder's pool would reduce them
@@ -178,6 +179,8 @@ class EarlyExitEncoder(nn.Module):
             if result is None:
                 result = out.new_zeros((b_total, *out.shape[1:]))
             done = confidence(out, mask) > self.threshold
+            if self.force_exit is not None:  # the head ran; its decision is replaced
+                done = self.force_exit.index_select(0, rows) == i
             if bool(done.any()):
                 result.index_copy_(0, rows[done], out[done])
                 exit_idx[rows[done]] = i

@@ -79,6 +79,7 @@ class MoEMLP(nn.Module):
         self.mode = "real"
         self.record = False  # dense mode: keep (input, router targets) for router training
         self.recorded: tuple[Tensor, Tensor] | None = None
+        self.force_selected: Tensor | None = None  # [tokens, k] expert ids replacing the router's (bench speed)
         self.last_selected: Tensor | None = None
         self.last_pairs: Tensor | None = None
         self.last_tokens = 0
@@ -98,7 +99,9 @@ class MoEMLP(nn.Module):
             self.last_pairs = torch.full(lead[:1], lead[1:].numel() * self.experts, device=x.device)
             return self.drop(self.fc2(hidden)).view(*lead, -1)
         selected = torch.topk(self.router(flat), self.k, dim=-1).indices  # [N, k], binary routing
-        self.last_selected = selected.view(*lead, self.k)
+        if self.force_selected is not None:  # the router ran; its choice is replaced
+            selected = self.force_selected
+        self.last_selected = selected.view(*lead, selected.shape[-1])
         self.last_pairs = (self.last_selected >= 0).reshape(lead[0], -1).sum(dim=1)  # k per token
         out = self._real(flat, selected) if self.mode == "real" else self._masked(flat, selected)
         return self.drop(out).view(*lead, -1)

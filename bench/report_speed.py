@@ -1,0 +1,156 @@
+"""``bench speed`` rows in the report: ``reports/speed_<device>_b<batch>.png`` and ``reports/speed.md``.
+
+Reads rows only (``results/speed/*/*.csv``, see :mod:`bench.speed`; the ACM kernel fit from
+``results/kernels/*.fit.csv``).  For every (device, batch) one figure: time relative to dense against MACs
+relative to dense for every method (the latest row of each (task, arch, dtype, threads, mode, method,
+fraction)), with the linear-scaling line y = x and the ACM kernel's fitted line T/T_dense = a + b·f of
+the latest kernel run on the same kind of device (CPU: acm_sorted; CUDA: acm_triton), at the kernel batch
+closest to the speed batch.  The kernel line is one ACM MLP layer against its dense MLP, drawn for
+reference: a whole model's ratio also carries attention, norms and the embedding.  One panel per
+(task, arch, dtype, threads, eager/CUDA graph) present.  ``speed.md`` tabulates every point with its
+efficiency and the load average during its timings.
+
+``python -m bench.report_speed [results_dir] [reports_dir]`` draws only these files.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+PANEL = ["task", "arch", "dtype", "threads", "cuda_graph"]
+KEY = PANEL + ["method", "fraction"]
+
+
+def latest(rows):
+    """The latest ok row of every (device, batch, panel, method, fraction)."""
+    ok = rows[rows["status"] == "ok"].copy()
+    ok["threads"] = ok["threads"].fillna(0)
+    return ok.sort_values("timestamp").groupby(["device", "batch"] + KEY, dropna=False).tail(1)
+
+
+def kernel_fit(results_dir: Path, device: str, batch: int) -> dict | None:
+    """The latest ACM kernel fit (median vs dense eager, k iid) on ``device`` at the batch closest to
+    ``batch``: {intercept, slope, batch, variant, r2}, or None."""
+    import pandas as pd
+
+    paths = sorted((results_dir / "kernels").glob("*.fit.csv"))
+    frames = [pd.read_csv(p).assign(_file=p.name) for p in paths if not p.name.startswith(".")]
+    if not frames:
+        return None
+    fits = pd.concat(frames, ignore_index=True)
+    variant = "acm_triton" if device == "cuda" else "acm_sorted"
+    is_gpu = ~fits["device_name"].astype(str).str.startswith("cpu")
+    fits = fits[(fits["variant"] == variant) & (fits["baseline"] == "dense_eager") & (fits["statistic"] == "median")
+                & (fits["k_mode"] == "iid") & (is_gpu if device == "cuda" else ~is_gpu)]
+    if fits.empty:
+        return None
+    fits = fits[fits["run_id"] == sorted(fits["run_id"])[-1]]
+    row = fits.iloc[(fits["batch"] - batch).abs().argsort().iloc[0]]
+    return {"intercept": float(row["intercept"]), "slope": float(row["slope"]), "batch": int(row["batch"]),
+            "variant": variant, "r2": float(row["r2"])}
+
+
+def _panel_title(key: tuple) -> str:
+    task, arch, dtype, threads, graph = key
+    parts = [f"{task} {arch}", str(dtype)]
+    if threads and not (isinstance(threads, float) and math.isnan(threads)):
+        parts.append(f"{int(threads)} thread(s)")
+    parts.append("CUDA graph" if str(graph) == "True" else "eager")
+    return ", ".join(parts)
+
+
+def plot(rows, device: str, batch: int, fit: dict | None, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from bench.figures import save_figure
+
+    panels = sorted(rows.groupby(PANEL, dropna=False).groups.items(), key=lambda kv: str(kv[0]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 5.2), squeeze=False)
+    grid = np.linspace(0, 1.2, 50)
+    colours = plt.get_cmap("tab10")
+    methods = sorted(set(rows["method"]) - {"dense"})
+    for ax, (key, idx) in zip(axes[0], panels):
+        panel = rows.loc[idx]
+        ax.plot(grid, grid, color="black", ls=":", lw=1, label="linear scaling (time = MACs)")
+        ax.axhline(1.0, color="black", lw=0.8)
+        if fit is not None:
+            ax.plot(grid, fit["intercept"] + fit["slope"] * grid, color="gray", ls="--", lw=1,
+                    label=f"ACM kernel fit ({fit['variant']}, one layer, batch {fit['batch']}): "
+                          f"{fit['intercept']:.2f} + {fit['slope']:.2f}·f")
+        for i, method in enumerate(methods):
+            sub = panel[panel["method"] == method].sort_values("macs_ratio")
+            if sub.empty:
+                continue
+            half = sub.iloc[(sub["fraction"] - 0.5).abs().argsort().iloc[0]]
+            ax.plot(sub["macs_ratio"], sub["time_ratio"], marker="o", color=colours(i),
+                    label=f"{method} (efficiency {half['speed_efficiency']:.2f} at f={half['fraction']:g})")
+        ax.scatter([1.0], [1.0], color="black", zorder=3, s=20, label="dense")
+        load = panel["loadavg_1m_mean"].astype(float)
+        ax.set_title(f"{_panel_title(key)}\nload average {load.min():.1f}-{load.max():.1f} during timings",
+                     fontsize=9)
+        ax.set_xlabel("MACs / dense MACs (counted)")
+        ax.set_ylabel("time / dense time (same process, interleaved)")
+        ax.set_xlim(0, 1.2)
+        ax.set_ylim(0, max(1.3, float(panel["time_ratio"].max()) * 1.05))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    first = rows.iloc[0]
+    fig.suptitle(f"bench speed: wall-clock time vs MACs, {first['device_name']}, batch {batch}", fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+    return path
+
+
+def table(rows) -> list[str]:
+    lines = ["| device | batch | task | arch | dtype | threads | mode | method | fraction | executed | MACs / dense "
+             "| time / dense | efficiency | time (min) / dense | median ms | load avg (1 min) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for _, r in rows.sort_values(["device", "batch"] + KEY).iterrows():
+        threads = "-" if not r["threads"] else str(int(r["threads"]))
+        lines.append(f"| {r['device']} | {int(r['batch'])} | {r['task']} | {r['arch']} | {r['dtype']} | {threads} | "
+                     f"{'graph' if str(r['cuda_graph']) == 'True' else 'eager'} | {r['method']} | {r['fraction']:g} | "
+                     f"{r['executed_fraction']:.3f} | {r['macs_ratio']:.3f} | {r['time_ratio']:.3f} | "
+                     f"{r['speed_efficiency']:.2f} | {r['time_ratio_min']:.3f} | {r['median_ms']:.4g} | "
+                     f"{r['loadavg_1m']} |")
+    return lines
+
+
+def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
+    """Draw every (device, batch) figure and ``speed.md``; [] when there are no speed rows."""
+    from bench import results
+    from bench.speed import load_rows
+
+    results_dir, reports_dir = Path(results_dir), Path(reports_dir)
+    rows = load_rows(results_dir)
+    if rows.empty:
+        return []
+    rows = latest(rows)
+    if rows.empty:
+        return []
+    written = []
+    md = ["# bench speed: time vs MACs relative to dense (same process, interleaved)", "",
+          "Efficiency = (dense time / method time) / (dense MACs / method MACs); 1 = the MACs saving is "
+          "the same saving in time.  Generated from results/speed by bench/report_speed.py.", ""]
+    for (device, batch), group in rows.groupby(["device", "batch"]):
+        path = reports_dir / f"speed_{device}_b{int(batch)}.png"
+        written.append(str(plot(group, device, int(batch), kernel_fit(results_dir, device, int(batch)), path)))
+        md += [f"## {device}, batch {int(batch)} ({group['device_name'].iloc[0]})", "", f"![]({path.name})", ""]
+        md += table(group) + [""]
+        failed = group[group["status"] != "ok"] if "status" in group else group.iloc[0:0]
+        md += [f"{r['method']} f={r['fraction']:g}: {r['status']}" for _, r in failed.iterrows()]
+    target = reports_dir / "speed.md"
+    results.atomic_write_text(target, "\n".join(md) + "\n")
+    return [str(target)] + written
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    for p in write(args[0] if args else "results", args[1] if len(args) > 1 else "reports"):
+        print(p)

@@ -1,0 +1,500 @@
+"""``python -m bench speed``: does a method's saving become wall-clock time at a paper's model size?
+
+    python -m bench speed method=acm,moefication task=imagenet arch=b16 fraction=0.25,0.5,0.75,1 batch=1 threads=1
+
+What runs (issue 19; the ACM paper's Fig. 9 protocol carried to whole models):
+
+1. The task builds its backbone at a named paper size with random weights (the task's ``speed`` module,
+   ``tasks/<t>/speed.py`` or the one its ``TaskSpec.speed`` names: an ``ARCHS`` table of :class:`SpeedArch`
+   and ``build(arch) -> SpeedBackbone``).  Only time and cost
+   are measured, never quality.
+2. Each method converts a copy of that backbone and FORCES its own decisions to a target executed
+   fraction with random draws of the right mean (the method's forcer: ``FORCER``, a :class:`Forcer`, in
+   ``methods/<m>/speed.py``, or the ``module:Class`` its ``MethodSpec.speed`` names): learners per token (ACM), experts per token
+   (MoEfication), tokens kept per layer (A-ViT), exit block per sample (early exit), gates (CCT).  The
+   method's gates/routers still run on the real input (their cost counts); only their choices are
+   replaced, once per point, before timing.
+3. Cost, before any timing: MACs per sample from the method's decision log (``Forcer.sample_macs``) and
+   from the dispatch-level counter (:mod:`bench.cost`) on the same forced call; a disagreement over 1%
+   stops the run (one line, nothing written).  The dense backbone's MACs come from the counter.
+4. Timing: the dense backbone and every (method, fraction) point are timed in ONE process, in ``rounds``
+   rounds of a fresh random order (interleaved against drift), with the timer of the kernel benchmark
+   (:func:`bench.kernels.bench._timer`: ``torch.utils.benchmark`` blocked_autorange on CPU with an
+   explicit thread count; ``triton.testing.do_bench`` on CUDA).  ``os.getloadavg()`` is read after every
+   timing and stored beside it.  On CUDA each point is also captured as a CUDA graph (batches up to
+   ``graph_max_batch``) and timed as a replay; a path that synchronises with the host fails capture and
+   the failure is recorded in that row's ``status``.
+5. Rows: one file per point under ``results/speed/<run_id>/`` (atomic writes), with ``time_ratio`` = the
+   median over rounds of (point median / dense median of the same round), ``macs_ratio`` = method MACs /
+   dense MACs and ``speed_efficiency`` = macs_ratio / time_ratio = (dense time / method time) / (dense
+   MACs / method MACs): 1 = the saving in MACs becomes the same saving in time.  ``time_ratio_min`` (the
+   fastest call of the point over the fastest dense call) is a secondary estimate that a loaded machine
+   disturbs less; ``loadavg_1m`` lists the load average after each round's timing of the point.
+
+Layering: this module knows no method or task; it finds both through the registry's specs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+import os
+import random
+import shlex
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from bench.errors import UserError
+
+# ------------------------------------------------------------------------------------------ the interfaces
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One transformer stack: width, depth, heads, MLP size."""
+
+    d_model: int
+    layers: int
+    heads: int
+    mlp: int
+
+
+@dataclass(frozen=True)
+class SpeedArch:
+    """A named model size of a task.  ``decoder`` is the decoder stack of an encoder-decoder task (None:
+    encoder only); ``length`` the input length the task times (image side in px, audio seconds, source
+    tokens: the task says which in ``note``)."""
+
+    name: str
+    encoder: Stack
+    decoder: Stack | None = None
+    length: float = 0.0
+    note: str = ""
+
+
+@dataclass
+class SpeedBackbone:
+    """A task's backbone at a speed arch, with random weights, and how to make its input."""
+
+    model: Any  # nn.Module: the dense backbone (a skeleton Encoder or EncoderDecoder)
+    example: Callable[[int, Any], Any]  # (batch, torch.Generator) -> the model's input
+    tokens: int  # tokens per sample entering the (encoder) blocks
+    capabilities: tuple[str, ...] = ("encoder",)  # e.g. "encoder", "encoder-decoder", "token-outputs"
+    classes: int = 0  # output classes of a pooled head (0: per-token or seq2seq outputs)
+
+
+class Forcer:
+    """A method's decision forcer (``FORCER`` in ``methods/<m>/speed.py``, or named by ``MethodSpec.speed``).
+
+    ``cfg`` is the method's config with its defaults (its dataclass instance).  A forcer converts a copy of
+    the dense backbone (random weights for whatever the method adds), draws decisions with a given mean
+    executed fraction, installs them (cheap, host-side: called inside every timed call), and turns the
+    method's own decision log of the last forward into MACs per sample."""
+
+    decisions: str = ""  # what is forced, for the rows (e.g. "learners per token")
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+
+    def supports(self, backbone: SpeedBackbone) -> str | None:
+        """None when the forcer handles this backbone, else the reason it does not."""
+        return None
+
+    def convert(self, dense: Any, backbone: SpeedBackbone) -> Any:
+        raise NotImplementedError
+
+    def draw(self, model: Any, fraction: float, batch: int, backbone: SpeedBackbone, generator) -> Any:
+        """Decisions for one input batch with mean executed fraction ``fraction``."""
+        raise NotImplementedError
+
+    def apply(self, model: Any, decisions: Any) -> None:
+        raise NotImplementedError
+
+    def executed_fraction(self, model: Any, decisions: Any) -> float:
+        """The method's own executed fraction of the drawn decisions (what its knob controls)."""
+        return math.nan
+
+    def sample_macs(self, model: Any, inputs: Any) -> Any:
+        """MACs per sample ([B] tensor) of the last forward, from the method's decision log."""
+        raise NotImplementedError
+
+
+def counts(shape: tuple[int, ...], n: int, fraction: float, minimum: int, generator) -> Any:
+    """Random integer counts in [minimum, n] with mean count / n = ``fraction`` (int64 tensor of ``shape``).
+
+    minimum 0: Binomial(n, fraction) (each unit on with probability f; ACM Fig. 9's random k).  minimum
+    m >= 1: m + Binomial(n - m, (f·n - m)/(n - m)) (f·n >= m; below that every entry is m: the method cannot
+    go lower, e.g. an ACM projection always runs one learner, a token always runs its first block)."""
+    import torch
+
+    numel = math.prod(shape)
+    if n <= minimum:
+        return torch.full(shape, n, dtype=torch.long)
+    p = min(1.0, max(0.0, (fraction * n - minimum) / (n - minimum)))
+    draws = torch.bernoulli(torch.full((numel, n - minimum), p, dtype=torch.float64), generator=generator)
+    return (minimum + draws.sum(dim=1).long()).view(shape)
+
+
+def teacher_forced_macs(model: Any, inputs: Any) -> Any:
+    """MACs per sample of one teacher-forced forward of a skeleton EncoderDecoder, from its own cost ledger
+    (bench/models/seq2seq.py: every executed Linear and attention core charged to its sentence, replaced
+    modules through their ``row_macs``, i.e. the method's decision log).  Runs the forward again with the
+    decisions in place (counting phase only, never timed)."""
+    import torch
+
+    batch = inputs.shape[0]
+    model._phase, model._owner = "encoder", torch.arange(batch, device=inputs.device)
+    with model._cost_ledger(batch, inputs.device):
+        model(inputs)
+    return model.last_sample_macs
+
+
+# ------------------------------------------------------------------------------------------ configuration
+
+
+@dataclass
+class SpeedConfig:
+    method: list[str] = field(default_factory=lambda: ["acm"])
+    task: str = "imagenet"
+    arch: str = "b16"
+    fraction: list[float] = field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0])
+    batch: int = 1
+    threads: int = 1
+    device: str = "cpu"
+    dtype: str = "fp32"
+    rounds: int = 3
+    min_run_s: float = 0.0  # 0 = cpu 1.0, cuda 0.1
+    cuda_graphs: bool = True
+    graph_max_batch: int = 32
+    seed: int = 0
+    results_dir: str = "results"
+
+
+KEYS = {
+    "method": "methods to time (comma list; each must define a speed forcer)",
+    "task": "the task whose backbone is built",
+    "arch": "the task's named speed size (see the error message for the list)",
+    "fraction": "target executed fractions in [0, 1] (comma list)",
+    "batch": "batch size of every timed call (1 = latency; e.g. 32 = throughput)",
+    "threads": "CPU threads (torch.set_num_threads and the timer)",
+    "device": "cpu or cuda",
+    "dtype": "fp32, fp16 or bf16 (default fp32; bf16 is meant for cuda)",
+    "rounds": "interleaved timing rounds (each times every point once, in a fresh random order)",
+    "min_run_s": "seconds per timing of one point in one round (0: cpu 1.0, cuda 0.1)",
+    "cuda_graphs": "cuda: also time every point as a CUDA-graph replay (batch <= graph_max_batch)",
+    "graph_max_batch": "largest batch captured in CUDA graphs",
+    "seed": "seed of the random weights, inputs and decisions",
+    "results_dir": "rows go to <results_dir>/speed/<run_id>/",
+}
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise ValueError(text)
+
+
+def parse(args: list[str]) -> SpeedConfig:
+    """key=value arguments → SpeedConfig; a bad one raises UserError with one line."""
+    import difflib
+
+    cfg = SpeedConfig()
+    types = {f.name: f.type for f in dataclasses.fields(SpeedConfig)}
+    for arg in args:
+        if "=" not in arg:
+            raise UserError(f"speed: expected key=value, got '{arg}'; keys: {', '.join(KEYS)}")
+        key, value = arg.split("=", 1)
+        if key not in KEYS:
+            near = difflib.get_close_matches(key, list(KEYS), n=1)
+            hint = f"; did you mean {near[0]}?" if near else ""
+            raise UserError(f"speed: unknown key '{key}'{hint} valid: {', '.join(KEYS)}")
+        kind = types[key]
+        try:
+            if kind == "list[str]":
+                parsed: Any = [v for v in value.split(",") if v]
+            elif kind == "list[float]":
+                parsed = [float(v) for v in value.split(",") if v]
+            elif kind == "int":
+                parsed = int(value)
+            elif kind == "float":
+                parsed = float(value)
+            elif kind == "bool":
+                parsed = _bool(value)
+            else:
+                parsed = value
+        except ValueError:
+            raise UserError(f"speed: {key}={value!r} is not a valid {kind}") from None
+        setattr(cfg, key, parsed)
+    return _check(cfg)
+
+
+def _check(cfg: SpeedConfig) -> SpeedConfig:
+    if not cfg.method:
+        raise UserError("speed: method= is empty; name at least one method")
+    bad = [f for f in cfg.fraction if not 0.0 <= f <= 1.0]
+    if bad or not cfg.fraction:
+        raise UserError(f"speed: fraction values must lie in [0, 1]; got {cfg.fraction}")
+    for key in ("batch", "threads", "rounds", "graph_max_batch"):
+        if getattr(cfg, key) < 1:
+            raise UserError(f"speed: {key} must be >= 1, got {getattr(cfg, key)}")
+    if cfg.min_run_s < 0:
+        raise UserError(f"speed: min_run_s must be >= 0, got {cfg.min_run_s}")
+    if cfg.device not in ("cpu", "cuda"):
+        raise UserError(f"speed: device={cfg.device!r}; choose cpu or cuda")
+    if cfg.dtype not in ("fp32", "fp16", "bf16"):
+        raise UserError(f"speed: dtype={cfg.dtype!r}; choose fp32, fp16 or bf16")
+    return cfg
+
+
+def speed_module(spec: Any) -> str:
+    """The module of a method's forcer / a task's speed sizes: the spec's ``speed`` field, else the
+    ``speed`` module beside its implementation (``methods/<m>/speed.py``, ``tasks/<t>/speed.py``)."""
+    if getattr(spec, "speed", ""):
+        return spec.speed.split(":")[0]
+    return spec.impl.split(":")[0].rsplit(".", 1)[0] + ".speed"
+
+
+def _import(name: str):
+    """The module ``name``, or None when it does not exist (an error inside it propagates)."""
+    import importlib
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec(name) is None:
+            return None
+    except ModuleNotFoundError:
+        return None
+    return importlib.import_module(name)
+
+
+def resolve(cfg: SpeedConfig):
+    """(task spec, speed module, arch, [(method name, forcer class, method config class)]) or UserError."""
+    from bench import registry
+
+    task = registry.task_spec(cfg.task)
+    module = _import(speed_module(task))
+    if module is None or not hasattr(module, "ARCHS"):
+        have = [t for t, s in registry.tasks().items() if _import(speed_module(s)) is not None]
+        raise UserError(f"speed: task {cfg.task} defines no speed backbones; tasks that do: {', '.join(have)}")
+    if cfg.arch not in module.ARCHS:
+        raise UserError(f"speed: {cfg.task} has no arch '{cfg.arch}'; choose one of {', '.join(module.ARCHS)}")
+    forcers = []
+    for name in cfg.method:
+        spec = registry.method_spec(name)
+        forcer = _import(speed_module(spec))
+        attr = spec.speed.split(":")[1] if ":" in getattr(spec, "speed", "") else "FORCER"
+        if forcer is None or not hasattr(forcer, attr):
+            have = [m for m, s in registry.methods().items() if _import(speed_module(s)) is not None]
+            raise UserError(f"speed: method {name} defines no speed forcer; methods that do: {', '.join(have)}")
+        reason = registry.support_reason(spec, task)
+        if reason:
+            raise UserError(f"speed: method {name} does not apply to task {cfg.task}: {reason}")
+        forcers.append((name, getattr(forcer, attr), spec.config))
+    return task, module, module.ARCHS[cfg.arch], forcers
+
+
+# ------------------------------------------------------------------------------------------ the benchmark
+
+COLUMNS = ["run_id", "task", "arch", "tokens", "method", "decisions", "fraction", "executed_fraction",
+           "device", "device_name", "dtype", "threads", "batch", "cuda_graph", "macs_per_sample",
+           "macs_counted_per_sample", "macs_dense_per_sample", "macs_ratio", "uncounted_ops", "median_ms",
+           "iqr_ms", "min_ms", "n_samples", "dense_median_ms", "time_ratio", "time_ratio_rounds", "time_ratio_min",
+           "speed_efficiency", "throughput_per_s", "loadavg_1m", "loadavg_1m_mean", "rounds", "min_run_s",
+           "status", "torch_version", "triton_version", "git_sha", "git_dirty", "command", "timestamp"]
+
+
+@dataclass
+class Point:
+    method: str
+    fraction: float
+    fn: Callable[[], object]
+    fields: dict
+    graph: bool = False
+    samples: list = field(default_factory=list)  # per round: list of per-call seconds
+    load: list = field(default_factory=list)  # per round: 1-minute load average after the timing
+
+
+def _dtype(torch, name: str):
+    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
+
+
+def run(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = print) -> list[dict]:
+    """Measure every point; returns the rows (nothing written).  Errors: UserError (one line)."""
+    import copy
+    from types import SimpleNamespace
+
+    import torch
+
+    from bench import cost, provenance
+    from bench.kernels import bench as kernel_bench
+
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("speed: device=cuda but no CUDA device is available; use device=cpu")
+    _, module, arch, forcer_specs = resolve(cfg)
+    device, dtype = torch.device(cfg.device), _dtype(torch, cfg.dtype)
+    gpu = cfg.device == "cuda"
+    if not gpu:
+        torch.set_num_threads(cfg.threads)
+    min_run_s = cfg.min_run_s or (0.1 if gpu else 1.0)
+    timer = kernel_bench._timer(SimpleNamespace(device=cfg.device, min_run_s=min_run_s, threads=cfg.threads,
+                                                quick=False), torch)
+    torch.manual_seed(cfg.seed)
+    backbone: SpeedBackbone = module.build(arch)
+    dense = backbone.model.eval()
+    forcers = []
+    for name, cls, config in forcer_specs:
+        forcer = cls(config())
+        reason = forcer.supports(backbone)
+        if reason:
+            raise UserError(f"speed: method {name} cannot force its decisions on {cfg.task}/{cfg.arch}: {reason}")
+        torch.manual_seed(cfg.seed + 1)
+        model = forcer.convert(copy.deepcopy(dense), backbone).eval().to(device, dtype)
+        forcers.append((name, forcer, model))
+    dense = dense.to(device, dtype)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    x = backbone.example(cfg.batch, gen)
+    x = x.to(device, dtype) if x.is_floating_point() else x.to(device)
+    run_id = (dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+              + f"-{cfg.device}-{cfg.dtype}-{cfg.task}-{cfg.arch}-b{cfg.batch}"
+              + (f"-t{cfg.threads}" if not gpu else ""))
+    torch_version, triton_version = kernel_bench._versions()
+    base = {"run_id": run_id, "task": cfg.task, "arch": cfg.arch, "tokens": backbone.tokens,
+            "device": cfg.device, "device_name": provenance.device_name(cfg.device), "dtype": cfg.dtype,
+            "threads": cfg.threads if not gpu else math.nan, "batch": cfg.batch, "rounds": cfg.rounds,
+            "min_run_s": min_run_s, "torch_version": torch_version, "triton_version": triton_version,
+            "git_sha": provenance.git_sha(), "git_dirty": provenance.git_dirty(),
+            "command": "python -m bench speed " + shlex.join(argv), "timestamp": provenance.timestamp()}
+
+    with torch.inference_mode():
+        with cost.count_macs() as counter:
+            dense(x)
+        dense_macs = counter.report.macs / cfg.batch
+        points = [Point("dense", 1.0, lambda: dense(x), {"method": "dense", "decisions": "", "fraction": 1.0,
+                                                           "executed_fraction": 1.0, "macs_per_sample": dense_macs,
+                                                           "macs_counted_per_sample": dense_macs,
+                                                           "uncounted_ops": ";".join(counter.report.uncounted)})]
+        for name, forcer, model in forcers:
+            for fraction in cfg.fraction:
+                decisions = forcer.draw(model, fraction, cfg.batch, backbone, gen)
+
+                def call(forcer=forcer, model=model, decisions=decisions):
+                    forcer.apply(model, decisions)  # host-side only: the gates run, their choices are replaced
+                    return model(x)
+
+                with cost.count_macs() as counter:  # counting phase: never timed
+                    call()
+                counted = counter.report.macs / cfg.batch
+                logged = float(forcer.sample_macs(model, x).double().mean())
+                if abs(counted - logged) > 0.01 * max(counted, 1.0):
+                    raise UserError(f"speed: {name} f={fraction:g}: counter {counted:.6g} MACs vs decision log "
+                                    f"{logged:.6g} MACs per sample disagree by >1%; nothing written")
+                points.append(Point(name, fraction, call, {
+                    "method": name, "decisions": forcer.decisions, "fraction": fraction,
+                    "executed_fraction": forcer.executed_fraction(model, decisions), "macs_per_sample": logged,
+                    "macs_counted_per_sample": counted, "uncounted_ops": ";".join(counter.report.uncounted)}))
+                log(f"{name} f={fraction:g}: {logged / dense_macs:.3f} of dense MACs (counter {counted / dense_macs:.3f})")
+        rows: list[dict] = []
+        for point in points:  # warm-up (allocator, lazy init, autotuning)
+            point.fn()
+        if gpu and cfg.cuda_graphs and cfg.batch <= cfg.graph_max_batch:  # pragma: no cover - needs CUDA
+            rows += _add_graphs(points, base, torch)
+        rng = random.Random(cfg.seed)
+        for r in range(cfg.rounds):
+            order = list(range(len(points)))
+            rng.shuffle(order)
+            start = time.perf_counter()
+            for i in order:
+                points[i].samples.append(timer(points[i].fn))
+                points[i].load.append(os.getloadavg()[0])
+            log(f"round {r + 1}/{cfg.rounds}: {len(points)} points, {time.perf_counter() - start:.1f} s, "
+                f"load {os.getloadavg()[0]:.2f}")
+    return rows + _rows(points, base, dense_macs, kernel_bench._median_iqr)
+
+
+def _add_graphs(points: list[Point], base: dict, torch) -> list[dict]:  # pragma: no cover - needs CUDA
+    """Capture every eager point as a CUDA graph (a point that syncs with the host fails: recorded)."""
+    from bench.kernels.graphs import capture
+
+    failed = []
+    for point in list(points):
+        try:
+            points.append(Point(point.method, point.fraction, capture(point.fn), dict(point.fields), graph=True))
+        except Exception as err:  # recorded in the row, not raised
+            torch.cuda.synchronize()
+            failed.append({**base, **point.fields, "cuda_graph": True,
+                           "status": f"capture failed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"})
+    return failed
+
+
+def _rows(points: list[Point], base: dict, dense_macs: float, median_iqr) -> list[dict]:
+    rows = []
+    for point in points:
+        dense = next(p for p in points if p.method == "dense" and p.graph == point.graph)
+        per_round = [statistics.median(s) / statistics.median(d) for s, d in zip(point.samples, dense.samples)]
+        pooled = [t for s in point.samples for t in s]
+        med, iqr = median_iqr(pooled)
+        dense_pooled = [t for s in dense.samples for t in s]
+        dense_med, _ = median_iqr(dense_pooled)
+        ratio = statistics.median(per_round)
+        macs_ratio = point.fields["macs_per_sample"] / dense_macs
+        rows.append({**base, **point.fields, "cuda_graph": point.graph, "macs_dense_per_sample": dense_macs,
+                     "macs_ratio": macs_ratio, "median_ms": med * 1e3, "iqr_ms": iqr * 1e3,
+                     "min_ms": min(pooled) * 1e3, "n_samples": len(pooled), "dense_median_ms": dense_med * 1e3,
+                     "time_ratio": ratio, "time_ratio_rounds": ";".join(f"{v:.4f}" for v in per_round),
+                     "time_ratio_min": min(pooled) / min(dense_pooled),
+                     "speed_efficiency": macs_ratio / ratio, "throughput_per_s": base["batch"] / med,
+                     "loadavg_1m": ";".join(f"{v:.2f}" for v in point.load),
+                     "loadavg_1m_mean": statistics.fmean(point.load), "status": "ok"})
+    return rows
+
+
+def write(rows: list[dict], results_dir: str | Path) -> list[Path]:
+    """One file per point: ``<results_dir>/speed/<run_id>/<method>_f<fraction>[_graph].csv`` (atomic)."""
+    import pandas as pd
+
+    from bench.results import atomic_write_frame
+
+    paths = []
+    for row in rows:
+        frame = pd.DataFrame([{c: row.get(c, math.nan) for c in COLUMNS}], columns=COLUMNS)
+        name = f"{row['method']}_f{row['fraction']:g}" + ("_graph" if row.get("cuda_graph") else "")
+        path = Path(results_dir) / "speed" / row["run_id"] / f"{name}.csv"
+        atomic_write_frame(path, frame)
+        paths.append(path)
+    return paths
+
+
+def load_rows(results_dir: str | Path = "results"):
+    """Every speed row under ``results_dir/speed`` (an empty frame when there are none)."""
+    import pandas as pd
+
+    paths = sorted(p for p in (Path(results_dir) / "speed").glob("*/*.csv") if not p.name.startswith("."))
+    if not paths:
+        return pd.DataFrame(columns=COLUMNS)
+    frame = pd.concat([pd.read_csv(p, keep_default_na=False, na_values=[""]) for p in paths], ignore_index=True)
+    return frame.reindex(columns=COLUMNS)  # rows of earlier versions lack later columns (NaN)
+
+
+def main(args: list[str]) -> int:
+    """The verb: parse, measure, write, print a summary.  UserError propagates (the CLI prints one line)."""
+    from bench import paths
+
+    cfg = parse(args)
+    paths.check_writable("results_dir", cfg.results_dir)
+    rows = run(cfg, args)
+    written = write(rows, cfg.results_dir)
+    print(written[0].parent if written else "no rows")
+    for row in rows:
+        if row.get("status") != "ok":
+            print(f"{row['method']:<12} f={row['fraction']:<5g} graph={row['cuda_graph']}: {row['status']}")
+            continue
+        print(f"{row['method']:<12} f={row['fraction']:<5g}{' graph' if row['cuda_graph'] else ''} "
+              f"MACs {row['macs_ratio']:.3f} x dense, time {row['time_ratio']:.3f} x dense, "
+              f"efficiency {row['speed_efficiency']:.2f} ({row['median_ms']:.2f} ms, load {row['loadavg_1m_mean']:.2f})")
+    return 0

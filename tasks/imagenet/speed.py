@@ -1,0 +1,34 @@
+"""``bench speed`` sizes of the imagenet task: its own ViT (tasks/imagenet/vit.py) at the papers' sizes,
+random weights, 224 px RGB inputs drawn from N(0, 1) (only time and cost are measured).
+
+ViT-Ti/16 and S/16 are DeiT's sizes, B/16 the ViT paper's (197 tokens; 17.56 GMACs per image: the
+sizes A-ViT (DeiT-T/S), ACM (ViT-B/16) and MoEfication-on-ViT (ACM's baseline, ViT-B/16) report speed
+at).  ``tiny`` is for tests (32 px, patch 8: 17 tokens, d 32).
+"""
+
+from __future__ import annotations
+
+from bench.speed import SpeedArch, SpeedBackbone, Stack
+from tasks.imagenet.vit import ViTConfig, build_vit
+
+ARCHS = {
+    "ti16": SpeedArch("ti16", Stack(192, 12, 3, 768), length=224, note="DeiT-Ti/16, 224 px"),
+    "s16": SpeedArch("s16", Stack(384, 12, 6, 1536), length=224, note="DeiT-S/16, 224 px"),
+    "b16": SpeedArch("b16", Stack(768, 12, 12, 3072), length=224, note="ViT-B/16, 224 px"),
+    "tiny": SpeedArch("tiny", Stack(32, 2, 2, 128), length=32, note="tests: 32 px, patch 8"),
+}
+
+
+def build(arch: SpeedArch) -> SpeedBackbone:
+    import torch
+
+    s = arch.encoder
+    patch = 8 if arch.name == "tiny" else 16
+    cfg = ViTConfig(image_size=int(arch.length), patch=patch, channels=3, classes=10 if arch.name == "tiny" else 1000,
+                    d_model=s.d_model, layers=s.layers, heads=s.heads, mlp=s.mlp)
+    model = build_vit(cfg)
+
+    def example(batch: int, generator) -> torch.Tensor:
+        return torch.randn(batch, cfg.channels, cfg.image_size, cfg.image_size, generator=generator)
+
+    return SpeedBackbone(model, example, tokens=cfg.n_patches + 1, capabilities=("encoder",), classes=cfg.classes)

@@ -1,0 +1,193 @@
+"""``bench speed`` on a tiny ViT on CPU: forced decisions are the method's own decisions, the counter agrees
+with the decision log per method, rows (one file per point) and their ratios, one-line errors with nothing
+written, the report's figure and table, and the ACM Triton path (interpreted) under forced learners."""
+
+import copy
+import math
+import os
+
+import pandas as pd
+import pytest
+import torch
+
+from bench import cli, cost, report_speed, speed
+
+FORCED = ["acm", "moefication", "avit", "early_exit", "cct"]
+TINY = ["task=imagenet", "arch=tiny", "batch=2", "rounds=1", "min_run_s=0.01"]
+
+
+def _forcer(name, task="imagenet"):
+    _, module, arch, specs = speed.resolve(speed.parse([f"method={name}", f"task={task}", "arch=tiny"]))
+    (_, cls, config), = specs
+    torch.manual_seed(0)
+    backbone = module.build(arch)
+    forcer = cls(config())
+    model = forcer.convert(copy.deepcopy(backbone.model), backbone).eval()
+    return forcer, model, backbone
+
+
+def _decisions_taken(name, model):
+    """What the method's own log says it executed in the last forward."""
+    if name == "acm":
+        from methods.acm import modules as M
+        return [layer.last_k for layer in M.acm_layers(model)]
+    if name == "moefication":
+        from methods.moefication.method import moe_layers
+        return [layer.last_selected.reshape(-1, layer.last_selected.shape[-1]) for layer in moe_layers(model)]
+    if name == "avit":
+        return model.last.steps.long()
+    if name == "early_exit":
+        return model.last_exit
+    return [(b.last.kv, b.last.q, b.last.ffn) for b in model.blocks]
+
+
+@pytest.mark.parametrize("name", FORCED)
+@pytest.mark.parametrize("fraction", [0.25, 0.75])
+def test_forced_decisions_are_executed_and_counted(name, fraction):
+    forcer, model, backbone = _forcer(name)
+    gen = torch.Generator().manual_seed(1)
+    x = backbone.example(3, gen)
+    decisions = forcer.draw(model, fraction, 3, backbone, gen)
+    with torch.inference_mode():
+        forcer.apply(model, decisions)
+        with cost.count_macs() as counter:
+            model(x)
+        logged = forcer.sample_macs(model, x).double()
+    taken = _decisions_taken(name, model)
+    if name == "cct":
+        for (kv, q, ffn), d in zip(taken, decisions):
+            assert torch.equal(kv, d.kv) and torch.equal(q, d.q) and torch.equal(ffn, d.ffn)
+    elif name in ("acm", "moefication"):
+        assert all(torch.equal(t.reshape(d.shape), d) for t, d in zip(taken, decisions))
+    else:
+        assert torch.equal(taken, decisions)
+    assert counter.report.macs / 3 == pytest.approx(float(logged.mean()), rel=1e-6)
+    assert counter.report.uncounted == []
+    assert 0.0 < forcer.executed_fraction(model, decisions) <= 1.0
+
+
+@pytest.mark.parametrize("task, name", [("iwslt", "acm"), ("iwslt", "moefication"), ("commonvoice", "acm"),
+                                        ("commonvoice", "moefication"), ("commonvoice", "avit")])
+def test_other_task_backbones_count_the_forced_decisions(task, name):
+    """Translation (teacher-forced encoder-decoder: the model's cost ledger) and CTC speech (per-token head)."""
+    forcer, model, backbone = _forcer(name, task)
+    gen = torch.Generator().manual_seed(3)
+    x = backbone.example(2, gen)
+    decisions = forcer.draw(model, 0.5, 2, backbone, gen)
+    with torch.inference_mode():
+        forcer.apply(model, decisions)
+        with cost.count_macs() as counter:
+            model(x)
+        logged = forcer.sample_macs(model, x).double()
+    assert counter.report.macs / 2 == pytest.approx(float(logged.mean()), rel=1e-6)
+    assert counter.report.uncounted == []
+
+
+def test_separate_decoder_width_is_refused_in_one_line():
+    from bench.errors import UserError
+    from tasks.iwslt import speed as iwslt_speed
+
+    arch = speed.SpeedArch("dat", speed.Stack(32, 1, 2, 64), speed.Stack(16, 1, 2, 64), length=4)
+    with pytest.raises(UserError, match="separate encoder \\(32\\) and decoder \\(16\\) widths"):
+        iwslt_speed.build(arch)
+
+
+def test_counts_mean_and_floor():
+    g = torch.Generator().manual_seed(0)
+    for fraction in (0.25, 0.5, 0.9):
+        free = speed.counts((200, 50), 4, fraction, 0, g)
+        floored = speed.counts((200, 50), 12, fraction, 1, g)
+        assert abs(free.double().mean().item() / 4 - fraction) < 0.02
+        assert abs(floored.double().mean().item() / 12 - fraction) < 0.02
+        assert int(floored.min()) >= 1 and int(floored.max()) <= 12 and int(free.max()) <= 4
+    assert (speed.counts((10,), 12, 0.01, 1, g) == 1).all()  # below the floor: every entry at the floor
+
+
+@pytest.fixture(scope="module")
+def speed_rows(tmp_path_factory):
+    out = tmp_path_factory.mktemp("speed")
+    assert cli.main(["speed", "method=" + ",".join(FORCED), *TINY, "fraction=0.25,1",
+                     f"results_dir={out}"]) == 0
+    return out
+
+
+def test_rows_one_file_per_point(speed_rows):
+    runs = list((speed_rows / "speed").iterdir())
+    assert len(runs) == 1
+    files = sorted(p.name for p in runs[0].glob("*.csv"))
+    assert files == sorted(["dense_f1.csv"] + [f"{m}_f{f}.csv" for m in FORCED for f in ("0.25", "1")])
+    rows = speed.load_rows(speed_rows)
+    assert list(rows.columns) == speed.COLUMNS and (rows["status"] == "ok").all()
+    dense = rows[rows["method"] == "dense"].iloc[0]
+    assert dense["time_ratio"] == 1.0 and dense["macs_ratio"] == 1.0
+    assert rows["speed_efficiency"].to_numpy() == pytest.approx((rows["macs_ratio"] / rows["time_ratio"]).to_numpy())
+    assert rows["macs_per_sample"].to_numpy() == pytest.approx(rows["macs_counted_per_sample"].to_numpy(), rel=1e-6)
+    assert (rows["loadavg_1m"].astype(str).str.len() > 0).all() and (rows["threads"] == 1).all()
+    for method in FORCED:
+        sub = rows[rows["method"] == method].set_index("fraction")
+        assert sub.loc[0.25, "macs_ratio"] < sub.loc[1.0, "macs_ratio"]
+    assert not pd.isna(rows["git_sha"]).any() and rows["command"].str.startswith("python -m bench speed").all()
+
+
+def test_report_draws_figure_and_table(speed_rows, tmp_path):
+    kernels = speed_rows / "kernels"
+    kernels.mkdir(exist_ok=True)
+    pd.DataFrame([{"run_id": "k1", "device_name": "cpu: test", "dtype": "fp32", "batch": 2, "variant": "acm_sorted",
+                   "baseline": "dense_eager", "statistic": "median", "k_mode": "iid", "intercept": 0.1,
+                   "slope": 0.9, "r2": 0.99}]).to_csv(kernels / "k1.fit.csv", index=False)
+    assert report_speed.kernel_fit(speed_rows, "cpu", 1)["slope"] == 0.9
+    assert report_speed.kernel_fit(speed_rows, "cuda", 1) is None
+    written = report_speed.write(speed_rows, tmp_path)
+    assert sorted(os.path.basename(p) for p in written) == ["speed.md", "speed_cpu_b2.png"]
+    text = (tmp_path / "speed.md").read_text()
+    assert "| cpu | 2 | imagenet | tiny | fp32 | 1 | eager | acm | 0.25 |" in text
+    assert report_speed.write(tmp_path / "none", tmp_path / "none_reports") == []
+
+
+def test_counter_disagreement_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    from methods.moefication.speed import MoeficationForcer
+
+    real = MoeficationForcer.sample_macs
+    monkeypatch.setattr(MoeficationForcer, "sample_macs", lambda self, m, x: real(self, m, x) * 1.05)
+    assert cli.main(["speed", "method=moefication", *TINY, "fraction=0.5", f"results_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bench: error: speed: moefication f=0.5") and "disagree" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "speed").exists()
+
+
+@pytest.mark.parametrize("bad, message", [
+    (["bogus=1"], "unknown key 'bogus'"), (["fraction=1.5"], "fraction values must lie in [0, 1]"),
+    (["batch=0"], "batch must be >= 1"), (["method=dense"], "defines no speed forcer"),
+    (["arch=b17"], "has no arch 'b17'"), (["task=parity"], "defines no speed backbones"),
+    (["task=commonvoice", "method=cct"], "does not apply to task commonvoice"),
+    (["device=tpu"], "choose cpu or cuda"), (["rounds=x"], "is not a valid int")])
+def test_bad_input_one_line(tmp_path, capsys, bad, message):
+    assert cli.main(["speed", *TINY, *bad, f"results_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bench: error: speed: ") and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "speed").exists()
+
+
+def test_acm_triton_path_under_forced_learners(monkeypatch):
+    """The CUDA path of an ACM (the Triton kernel, interpreted on CPU) runs exactly the forced learners:
+    same output as the sorted path, and the counter (through the operator's formula) equals the log."""
+    from bench.kernels.acm_torch import triton_available
+    from methods.acm import modules as M
+
+    if not triton_available():
+        pytest.skip("Triton needs a GPU or TRITON_INTERPRET=1")
+    from bench.kernels.acm_triton import acm_triton
+
+    forcer, model, backbone = _forcer("acm")
+    gen = torch.Generator().manual_seed(2)
+    x = backbone.example(1, gen)
+    decisions = forcer.draw(model, 0.5, 1, backbone, gen)
+    with torch.inference_mode():
+        forcer.apply(model, decisions)
+        sorted_out = model(x)
+        monkeypatch.setattr(M, "real_kernel", lambda device, differentiable=False: acm_triton)
+        with cost.count_macs() as counter:
+            triton_out = model(x)
+        logged = float(forcer.sample_macs(model, x).double().mean())
+    torch.testing.assert_close(triton_out, sorted_out, rtol=1e-4, atol=1e-4)
+    assert counter.report.macs == pytest.approx(logged, rel=1e-6) and not math.isnan(logged)
