@@ -1,10 +1,16 @@
 """Numeric precision of training, evaluation, counting and timing: ``precision=fp32|bf16|fp16``.
 
-fp32 runs as before (no autocast).  bf16 and fp16 run the forward passes under ``torch.autocast`` on the
-run's device type (CUDA or CPU): matmuls, convolutions and attention in the low-precision dtype, weights
-and optimizer state in fp32.  fp16 training scales the loss with ``torch.amp.GradScaler`` (bf16 has fp32's
-exponent range and needs none).  Rows record the precision and the dtype under which evaluation, the MAC
-counter and the timer ran (MACs do not depend on the dtype; latency does).
+fp32 runs as before (no autocast, no casts).
+
+* **Training** with bf16 or fp16 runs the loss under ``torch.autocast`` on the run's device type (CUDA or
+  CPU): matmuls, convolutions and attention in the low-precision dtype, norms and softmax in fp32, master
+  weights and optimizer state in fp32 (mixed precision).  fp16 scales the loss with
+  ``torch.amp.GradScaler`` (bf16 has fp32's exponent range and needs none).
+* **Evaluation, the MAC counter and the timer** run the trained model *cast* to the dtype (weights and
+  activations in bf16/fp16, floating-point inputs cast on entry), as a model is deployed: the methods' real
+  paths scatter results into buffers of their inputs' dtype, which autocast's mixed dtypes would break.
+  Rows record the precision and the dtype of the counter and the timer (MACs do not depend on the dtype;
+  latency does).
 """
 
 from __future__ import annotations
@@ -28,6 +34,16 @@ def autocast(precision: str, device: str) -> ContextManager:
     if precision == "fp32":
         return contextlib.nullcontext()
     return torch.autocast(device_type=torch.device(device).type, dtype=DTYPES[precision])
+
+
+def cast_model(model: torch.nn.Module, precision: str) -> torch.nn.Module:
+    """``model`` with its floating-point parameters and buffers in the dtype (in place; fp32: unchanged)."""
+    return model if precision == "fp32" else model.to(DTYPES[precision])
+
+
+def cast_input(x: torch.Tensor, precision: str) -> torch.Tensor:
+    """A floating-point input in the dtype (token ids and masks are left as they are)."""
+    return x.to(DTYPES[precision]) if precision != "fp32" and x.is_floating_point() else x
 
 
 def grad_scaler(precision: str, device: str) -> torch.amp.GradScaler:

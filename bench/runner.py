@@ -9,8 +9,9 @@ Knob values that already have a row are skipped (an interrupted sweep resumes), 
 Scale (issue 16): evaluation streams the task's evaluation batches, holding one batch at a time (only
 per-sample predictions and columns are kept).  Under data parallelism every rank trains; then rank 0
 alone evaluates, counts, times and writes rows, as one process on one device (bench/distributed.py), and
-the other ranks return.  Evaluation, counting and timing run under the run's ``precision`` (autocast);
-rows record it, the counter's and the timer's dtype, and the number of training processes.
+the other ranks return.  Evaluation, counting and timing run the model cast to the run's ``precision``
+(bench/precision.py); rows record it, the counter's and the timer's dtype, and the number of training
+processes.
 """
 
 from __future__ import annotations
@@ -74,8 +75,7 @@ def evaluate(method: Method, model: torch.nn.Module, task: Task, *, limit: int, 
     for batch in tqdm(_batches(task, limit), desc="evaluate", leave=False,
                       disable=os.environ.get("BENCH_QUIET") == "1"):
         batch = batch.to(device)
-        with amp.autocast(precision, device):
-            outputs = task.infer(model, batch.x)
+        outputs = task.infer(model, amp.cast_input(batch.x, precision))
         preds.append(task.predict(outputs).cpu())
         targets.append(batch.y.cpu())
         extra = {"macs": method.sample_macs(model, batch), **batch.meta,
@@ -98,8 +98,7 @@ def counted_macs(method: Method, model: torch.nn.Module, task: Task, *, batches:
         if i >= batches:
             break
         batch = batch.to(device)
-        with amp.autocast(precision, device):
-            report = cost.count(lambda x: task.infer(model, x), batch.x)
+        report = cost.count(lambda x: task.infer(model, x), amp.cast_input(batch.x, precision))
         counted += report.macs
         uncounted.update(report.uncounted)
         logged += float(method.sample_macs(model, batch).double().sum())
@@ -111,15 +110,14 @@ def dense_reference_macs(task: Task, *, batches: int, device: str, precision: st
     """Mean MACs per sample of the task's dense reference model, from the counter: on the first ``batches``
     evaluation batches, or on all of them for a model whose cost depends on its inputs' content
     (``input_dependent_cost``, e.g. a decoder whose cost depends on what it generates)."""
-    model = task.reference_model().to(device).eval()
+    model = amp.cast_model(task.reference_model().to(device).eval(), precision)
     if getattr(model, "input_dependent_cost", False):
         batches = 0
     total, samples = 0, 0
     for i, batch in enumerate(task.eval_batches()):
         if batches and i >= batches:
             break
-        with amp.autocast(precision, device):
-            total += cost.count(lambda x: task.infer(model, x), batch.to(device).x).macs
+        total += cost.count(lambda x: task.infer(model, x), amp.cast_input(batch.to(device).x, precision)).macs
         samples += len(batch)
     return total / samples
 
@@ -184,13 +182,14 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
         if not main:
             return []
     dtype = amp.dtype_name(precision)
+    model = amp.cast_model(model, precision)  # evaluation, counting and timing in the run's dtype
     params = sum(p.numel() for p in model.parameters())
     macs_dense = dense_reference_macs(task, batches=cfg.count_batches, device=device, precision=precision)
     checks = check_costs(method, model, task, pending, where=f"{method_name} on {task_name}", knob=spec.knob,
                          batches=cfg.count_batches, device=device,
                          allow_mismatch=bool(cfg.allow_cost_mismatch), precision=precision)
     # The task's dense base model, timed beside every knob value in the same process.
-    dense = run_ctx.base_model(task).to(device).eval() if cfg.timing else None
+    dense = amp.cast_model(run_ctx.base_model(task).to(device).eval(), precision) if cfg.timing else None
     import bench.models.transformer as skeleton
     from bench import train
 
@@ -207,7 +206,7 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
                                            batch=cfg.timing_batch, threads=int(cfg.threads),
                                            min_run_time=float(cfg.timing_min_run_s),
                                            rounds=int(cfg.timing_rounds),
-                                           call=lambda m, x: _infer_in(precision, device, task, m, x))
+                                           call=lambda m, x: _infer_in(precision, task, m, x))
         timing = timing or Timing(*(float("nan"),) * 3, 0)
         summary = cost.percentile_summary(torch.tensor(samples["macs"].to_numpy(copy=True)))
         row_id = _row_id(chash, spec.knob, value, cfg.seed)
@@ -247,10 +246,9 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     return written
 
 
-def _infer_in(precision: str, device: str, task: Task, model: torch.nn.Module, x: torch.Tensor) -> Any:
-    """The task's evaluation forward under the run's precision (what the timer times)."""
-    with amp.autocast(precision, device):
-        return task.infer(model, x)
+def _infer_in(precision: str, task: Task, model: torch.nn.Module, x: torch.Tensor) -> Any:
+    """The task's evaluation forward on an input in the run's dtype (what the timer times)."""
+    return task.infer(model, amp.cast_input(x, precision))
 
 
 def _row_id(chash: str, knob: str, value: Any, seed: int) -> str:

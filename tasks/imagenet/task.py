@@ -110,10 +110,18 @@ class ImageNetTask(Task):
         return Batch(D.fashion_normalise(x, self.image_size), torch.as_tensor(labels[idx]),
                      {"index": torch.as_tensor(idx)})
 
-    def _hf_train(self, step: int, batch_size: int) -> Batch:
+    def train_shard(self, step: int, batch_size: int, rank: int, world: int) -> Batch:
+        """hf: decode only this rank's rows (each image's augmentation has its own seed, drawn for the whole
+        global batch, so a shard holds exactly the rows of the single-process batch)."""
+        if self.source == "fashion-mnist" or world == 1:
+            return super().train_shard(step, batch_size, rank, world)
+        return self._hf_train(step, batch_size, rows=slice(rank * batch_size // world, (rank + 1) * batch_size // world))
+
+    def _hf_train(self, step: int, batch_size: int, rows: slice = slice(None)) -> Batch:
         idx = D.train_indices(step, batch_size, len(self._train), self.run.seed)
         rng = D.augment_rng(self.run.seed, step)
         seeds = rng.integers(0, 2**63 - 1, size=len(idx))  # one generator per image: thread-order free
+        idx, seeds = idx[rows], seeds[rows]
         images = self._train.images(idx)
         jobs = list(zip(images, seeds))
         x = D.preprocess(jobs, lambda job: D.train_transform(job[0], self.image_size,
