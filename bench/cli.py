@@ -33,6 +33,7 @@ one line (the step reached and the checkpoint saved) and exits with 130; the sam
 examples:
   python -m bench run method=act task=parity act.tau=0.001
   python -m bench run -m method=act task=parity act.tau=1e-4,1e-3,1e-2,1e-1
+  torchrun --nproc_per_node=2 -m bench run method=acm task=imagenet precision=bf16   # data-parallel training
   python -m bench report
 """
 

@@ -15,7 +15,9 @@ share of the budget, optimiser policy); the core runs them here:
 * **Scale** (issue 16).  Every stage trains with the run's precision (autocast), gradient accumulation and
   data parallelism (DDP: each rank trains on its rows of the step's global batch, ``Task.train_shard``);
   nothing in a method changes.  Precision and accumulation enter the base model's key when not the
-  defaults; the number of processes does not (the same global batches).
+  defaults; the number of processes does not (the same global batches).  Under data parallelism each rank
+  seeds its step's noise with its rank as well (below), so noisy stages (dropout, Gumbel noise, sampled
+  budgets) match a single process in distribution, not bitwise; noise-free stages match it up to rounding.
 * **Per-step randomness.**  Before every step the core seeds torch's global generator and a
   ``StepContext.generator`` from (seed, stage, step), so dropout, Gumbel noise and budget draws are the
   same whether or not a run was interrupted and resumed.

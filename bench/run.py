@@ -153,9 +153,14 @@ class RunContext:
         stage, steps = planned.stage, planned.steps
         ctx = StepContext(stage.name, 0, steps, torch.Generator(device=self.device))
 
+        # Data-parallel ranks draw their own noise (dropout, Gumbel, budgets) for their rows: seeded by
+        # (seed, stage, step, rank), so a resumed run with the same processes draws the same; one process
+        # keeps the single-process seeds.
+        stream = stage.name if distributed.world() == 1 else f"{stage.name}/rank{distributed.rank()}"
+
         def before_step(step: int) -> None:
             ctx.step = step
-            value = step_seed(seed, stage.name, step)
+            value = step_seed(seed, stream, step)
             torch.manual_seed(value)
             ctx.generator.manual_seed(value)
 

@@ -2,7 +2,9 @@
 
 Each rank trains the tiny early-exit model on ``imagenet`` (dense base stage + the heads stage, whose loss
 calls ``all_exits`` through ``forward``) twice: uninterrupted (cache ``a``), and interrupted after 2 steps of
-its first stage then resumed (cache ``b``).  Rank 0 saves both final state dicts.
+its first stage then resumed (cache ``b``); and MoEfication (relufication, then router training, whose loss
+calls no ``forward`` with gradients: its gradients are averaged by the trainer's explicit all-reduce).
+Rank 0 saves the final state dicts.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def main(rank: int, world: int, tmp: str, port: int, extra: tuple[str, ...]) -> 
     out = Path(tmp)
     full = trained("early_exit", "imagenet", out, "a", extra)
     resumed = trained("early_exit", "imagenet", out, "b", extra, stop_after=2)
+    routers = trained("moefication", "imagenet", out, "m", extra)  # router stage: explicit all-reduce
     if rank == 0:
-        torch.save({"full": full, "resumed": resumed}, out / "ddp.pt")
+        torch.save({"full": full, "resumed": resumed, "moefication": routers}, out / "ddp.pt")
     distributed.shutdown()
