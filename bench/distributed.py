@@ -30,8 +30,8 @@ import torch.distributed as dist
 
 
 def _from_submitit() -> None:
-    """Export torchrun-style variables from a multi-task submitit (SLURM) job, if this is one."""
-    if os.environ.get("SUBMITIT_EXECUTOR") != "slurm" or "WORLD_SIZE" in os.environ:
+    """Export torchrun-style variables from a multi-task submitit job (SLURM, or its local twin), if this is one."""
+    if os.environ.get("SUBMITIT_EXECUTOR") not in ("slurm", "local") or "WORLD_SIZE" in os.environ:
         return
     from submitit import JobEnvironment
     from submitit.helpers import TorchDistributedEnvironment

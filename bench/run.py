@@ -117,13 +117,17 @@ class RunContext:
         return key
 
     def check_batch(self, batch_size: int) -> None:
-        """The global batch must split into equal rows per rank (DDP averages ranks with equal weight)."""
+        """The global batch must split into equal rows per rank (DDP averages ranks with equal weight), and
+        each rank's rows into at least ``accumulate`` micro-batches."""
+        from bench.errors import UserError
+
         world = distributed.world()
         if batch_size % world:
-            from bench.errors import UserError
-
             raise UserError(f"the training batch size {batch_size} does not divide into {world} processes; "
                             "set the task's batch_size to a multiple of the number of processes")
+        if batch_size // world < self.accumulate:
+            raise UserError(f"accumulate={self.accumulate} exceeds the {batch_size // world} training samples each "
+                            f"of {world} process(es) gets per step; use accumulate <= {batch_size // world}")
 
     def fit(self, model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn, *, owner: str, name: str,
             key: Any, **kwargs) -> train.FitResult:

@@ -2,7 +2,8 @@
 
 * two processes at global batch B train the same weights as one process at batch B (fp32 tolerance; no
   dropout), and a two-process run interrupted half-way resumes to the same final weights;
-* ``torchrun --nproc_per_node=2 -m bench run`` composes its config in every rank and writes each row once;
+* ``torchrun --nproc_per_node=2 -m bench run`` composes its config in every rank and writes each row once,
+  and so does a submitit job of two tasks (the SLURM launcher's local twin);
 * bf16 on CPU runs one method end to end (autocast training; evaluation, counting and timing in bf16);
 * evaluation holds one batch at a time (the evaluation set is never materialised);
 * with one process, fp32 and ``accumulate=1`` the trained weights are bit-identical to the trainer before
@@ -100,6 +101,22 @@ def test_torchrun_two_processes_write_one_row(tmp_path):
     assert row["world_size"] == 2 and row["precision"] == "fp32" and row["cost_check"] == "agree"
     assert row["command"].startswith("torchrun --nproc_per_node=2 -m bench run method=acm task=imagenet")
     assert not list(tmp_path.glob("outputs")), "torchrun runs compose their config (no Hydra output directory)"
+
+
+def test_submitit_two_tasks_per_node_train_together_and_write_one_row(tmp_path):
+    """The SLURM path on submitit's local twin: tasks_per_node=2 makes one job of two ranks (rank and world
+    size from submitit's environment), which writes its row once."""
+    args = [sys.executable, "-m", "bench", "run", "-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5",
+            "hydra.launcher.tasks_per_node=2", "method=dense", "task=parity", "parity.n=8", "parity.hidden=8",
+            "parity.train_steps=20", "parity.eval_batch=32", "threads=1", "timing=false", "count_batches=1",
+            f"results_dir={tmp_path / 'results'}", f"cache_dir={tmp_path / 'cache'}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_QUIET": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = sorted((tmp_path / "results" / "parity" / "dense").glob("*.csv"))
+    assert len(rows) == 1, rows
+    assert pd.read_csv(rows[0]).iloc[0]["world_size"] == 2
+    assert len(list((tmp_path / "runs").rglob("*_1_log.out"))) == 1  # the job really ran two tasks
 
 
 # --- precision and accumulation -------------------------------------------------------------------------
@@ -221,3 +238,12 @@ def test_sdpa_equals_explicit_attention():
     seq, cache = torch.randn(2, 5, 16), {}
     steps = torch.cat([self_attn(seq[:, i:i + 1], cache) for i in range(5)], dim=1)
     torch.testing.assert_close(steps, self_attn(seq))
+
+
+def test_accumulation_beyond_the_batch_is_one_line(tmp_path):
+    from bench.errors import UserError
+
+    cfg = compose_tiny("dense", "imagenet", tmp_path, "accumulate=32")
+    with pytest.raises(UserError, match=r"accumulate=32 exceeds the 16 training samples"):
+        runner.run(cfg, "dense", "imagenet", "test")
+    assert not list(tmp_path.rglob("*.csv"))
