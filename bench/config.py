@@ -49,8 +49,8 @@ class RunConfig:
     force: bool = param(False, help="re-run knob values that already have result rows")
     # scale (issue 16): precision, accumulation, the training DataLoader, logging and checkpoints
     precision: str = param("fp32", choices=("fp32", "bf16", "fp16"),
-                           help="training, evaluation and timing dtype: fp32, or bf16/fp16 autocast (fp16 "
-                                "training adds a GradScaler); CUDA or CPU")
+                           help="fp32, or bf16/fp16: autocast training (fp16 adds a GradScaler) and evaluation, "
+                                "counting and timing of the model cast to that dtype; CUDA or CPU")
     accumulate: int = param(1, min=1, help="gradient accumulation: micro-batches per optimizer step (the "
                                            "global batch and the step count stay the task's)")
     num_workers: int = param(0, min=0, help="DataLoader worker processes building upcoming training batches")
