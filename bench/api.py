@@ -34,8 +34,27 @@ class Batch:
     def __len__(self) -> int:
         return int(self.y.shape[0])
 
-    def to(self, device: str | torch.device) -> "Batch":
-        return Batch(self.x.to(device), self.y.to(device), {k: v.to(device) for k, v in self.meta.items()})
+    def to(self, device: str | torch.device, non_blocking: bool = False) -> "Batch":
+        return Batch(self.x.to(device, non_blocking=non_blocking), self.y.to(device, non_blocking=non_blocking),
+                     {k: v.to(device, non_blocking=non_blocking) for k, v in self.meta.items()})
+
+    def rows(self, start: int, stop: int) -> "Batch":
+        """Samples ``start`` … ``stop - 1`` (every tensor is batch-first)."""
+        return Batch(self.x[start:stop], self.y[start:stop], {k: v[start:stop] for k, v in self.meta.items()})
+
+    def shard(self, rank: int, world: int) -> "Batch":
+        """Rank ``rank``'s contiguous share of the rows (``world`` equal shares when it divides the batch)."""
+        n = len(self)
+        return self if world == 1 else self.rows(rank * n // world, (rank + 1) * n // world)
+
+    def split(self, parts: int) -> list["Batch"]:
+        """``parts`` consecutive micro-batches (gradient accumulation); sizes differ by at most one."""
+        n = len(self)
+        return [self] if parts == 1 else [self.rows(i * n // parts, (i + 1) * n // parts) for i in range(parts)]
+
+    def pin_memory(self) -> "Batch":
+        """Page-locked copy (the DataLoader's ``pin_memory=True`` calls this)."""
+        return Batch(self.x.pin_memory(), self.y.pin_memory(), {k: v.pin_memory() for k, v in self.meta.items()})
 
 
 @dataclass
@@ -123,8 +142,17 @@ class Task:
         """The training batch of a given step (deterministic in seed and step, so runs resume exactly)."""
         raise NotImplementedError
 
+    def train_shard(self, step: int, batch_size: int, rank: int, world: int) -> Batch:
+        """Rank ``rank``'s rows of the global batch of ``step`` (data-parallel training, bench/data.py).
+
+        Default: the rows of :meth:`train_batch` (every rank builds the whole batch, so the shard is the same
+        rows, augmentation included, as in a single process).  A task whose batches are costly to decode
+        overrides this to build only its rows, keeping the same per-sample result."""
+        return self.train_batch(step, batch_size).shard(rank, world)
+
     def eval_batches(self) -> Iterable[Batch]:
-        """The evaluation split in a fixed order."""
+        """The evaluation split in a fixed order, one batch at a time (a generator: the runner holds one
+        batch at a time, so the split is never materialised)."""
         raise NotImplementedError
 
     def example_input(self, batch_size: int) -> Tensor:

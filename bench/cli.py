@@ -36,6 +36,7 @@ one line (the step reached and the checkpoint saved) and exits with 130; the sam
 examples:
   python -m bench run method=act task=parity act.tau=0.001
   python -m bench run -m method=act task=parity act.tau=1e-4,1e-3,1e-2,1e-1
+  torchrun --nproc_per_node=2 -m bench run method=acm task=imagenet precision=bf16   # data-parallel training
   python -m bench report
 """
 
@@ -88,14 +89,55 @@ def split_overrides(args: list[str]) -> tuple[list[str], list[str]]:
     return flags, overrides
 
 
-def _hydra_task(cfg) -> None:
+def _rank() -> int:
+    """This process's data-parallel rank from torchrun's or SLURM's environment (0 when launched alone)."""
+    import os
+
+    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
+
+
+def _log_setup() -> None:
+    """INFO logging on rank 0; other ranks log warnings only (rank 0 alone writes logs and rows)."""
     import logging
 
+    level = logging.INFO if _rank() == 0 else logging.WARNING
+    logging.basicConfig(level=level, format="[bench] %(message)s", force=True)
+
+
+def _torchrun_world() -> int:
+    import os
+
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _run_composed(overrides: list[str]) -> int:
+    """One run under torchrun: every rank composes the same config with Hydra's compose API (no
+    ``@hydra.main``, no output directory; hydra#2038) and runs it; rank 0 writes the rows."""
+    import os
+
+    from bench import config, runner
+
+    _log_setup()
+    cfg = config.compose(overrides)
+    method, task = config.selected(cfg)
+    command = " ".join([f"torchrun --nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', _torchrun_world())} -m bench run",
+                        f"method={method}", f"task={task}",
+                        *[o for o in overrides if not o.startswith(("method=", "task="))]])
+    try:
+        runner.run(cfg, method, task, command)
+    except (UserError, ConfigError) as err:
+        return fail(str(err))
+    except KeyboardInterrupt as err:
+        return interrupted(err)
+    return 0
+
+
+def _hydra_task(cfg) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from bench import runner
 
-    logging.basicConfig(level=logging.INFO, format="[bench] %(message)s", force=True)
+    _log_setup()
     hydra_cfg = HydraConfig.get()
     method, task = hydra_cfg.runtime.choices["method"], hydra_cfg.runtime.choices["task"]
     command = " ".join(["python -m bench run", f"method={method}", f"task={task}",
@@ -138,8 +180,14 @@ def cmd_run(args: list[str]) -> int:
                 devices.check_available(device)
     except (ConfigError, registry.RegistryError, UserError) as err:
         return fail(str(err))
-    if not PRINT_ONLY_FLAGS & set(flags):
+    if not PRINT_ONLY_FLAGS & set(flags) and _rank() == 0:
         _defaults_note(overrides)
+    if _torchrun_world() > 1 and not PRINT_ONLY_FLAGS & set(flags):
+        if {"-m", "--multirun"} & set(flags):
+            return fail("-m (a sweep) under torchrun: torchrun runs one configuration on several processes; "
+                        "sweep with a Hydra launcher instead (hydra/launcher=submitit_slurm with "
+                        "hydra.launcher.tasks_per_node=<GPUs per node>)")
+        return _run_composed(overrides)
     import hydra
 
     main = hydra.main(config_path="conf", config_name="config", version_base="1.3")(_hydra_task)

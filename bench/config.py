@@ -47,6 +47,17 @@ class RunConfig:
     allow_cost_mismatch: bool = param(False, help="write rows even if the MAC counter and the method's "
                                                   "decision log disagree by >1% (recorded in cost_check)")
     force: bool = param(False, help="re-run knob values that already have result rows")
+    # scale (issue 16): precision, accumulation, the training DataLoader, logging and checkpoints
+    precision: str = param("fp32", choices=("fp32", "bf16", "fp16"),
+                           help="fp32, or bf16/fp16: autocast training (fp16 adds a GradScaler) and evaluation, "
+                                "counting and timing of the model cast to that dtype; CUDA or CPU")
+    accumulate: int = param(1, min=1, help="gradient accumulation: micro-batches per optimizer step (the "
+                                           "global batch and the step count stay the task's)")
+    num_workers: int = param(0, min=0, help="DataLoader worker processes building upcoming training batches")
+    pin_memory: bool = param(True, help="page-locked training batches (used on CUDA devices only)")
+    log_every: int = param(50, min=1, help="read the training loss back from the device every N steps")
+    save_every_s: float = param(60.0, min=0.0, help="seconds between resumable checkpoints (model, optimizer, "
+                                                     "sampler position) of a training stage")
 
 
 RUN_KEYS = {f.name for f in dataclasses.fields(RunConfig)}

@@ -50,7 +50,8 @@ _NO_MAC_OPS = {
     "aten.bucketize", "aten.stft", "aten._fft_r2c", "aten.abs", "aten.log", "aten.exp", "aten.triu", "aten.tril",
     "aten._unsafe_view", "aten.__and__", "aten.__or__", "aten.__xor__", "aten.__invert__",
     "aten.is_nonzero", "aten.index_copy", "aten.index_copy_", "aten.logical_and", "aten.logical_or",
-    "aten.logical_not", "aten.triu", "aten.tril", "aten.bitwise_and", "aten.bitwise_or", "aten.bitwise_not", "aten.view", "aten.expand", "aten.t", "aten.transpose", "aten.permute",
+    "aten.scalar_tensor", "aten._safe_softmax", "aten.logical_not", "aten.triu", "aten.tril", "aten.bitwise_and",
+    "aten.bitwise_or", "aten.bitwise_not", "aten.view", "aten.expand", "aten.t", "aten.transpose", "aten.permute",
 }
 
 

@@ -12,6 +12,12 @@ share of the budget, optimiser policy); the core runs them here:
   A method that starts from the base continues the stream after the base model's steps (its first batch
   is ``base_steps``); a model trained from scratch starts at step 0, like the dense base.  Consecutive
   stages see consecutive data.
+* **Scale** (issue 16).  Every stage trains with the run's precision (autocast), gradient accumulation and
+  data parallelism (DDP: each rank trains on its rows of the step's global batch, ``Task.train_shard``);
+  nothing in a method changes.  Precision and accumulation enter the base model's key when not the
+  defaults; the number of processes does not (the same global batches).  Under data parallelism each rank
+  seeds its step's noise with its rank as well (below), so noisy stages (dropout, Gumbel noise, sampled
+  budgets) match a single process in distribution, not bitwise; noise-free stages match it up to rounding.
 * **Per-step randomness.**  Before every step the core seeds torch's global generator and a
   ``StepContext.generator`` from (seed, stage, step), so dropout, Gumbel noise and budget draws are the
   same whether or not a run was interrupted and resumed.
@@ -232,6 +238,7 @@ def train(method: "Method") -> nn.Module:
     torch.manual_seed(run.seed)
     model = method.convert(base)
     method.training_plan = the_plan
+    run.check_batch(the_plan.batch_size)
     for planned in the_plan.stages:
         stage = planned.stage
         batch_fn = _batches(task, planned, the_plan.batch_size)
@@ -239,7 +246,8 @@ def train(method: "Method") -> nn.Module:
             stage.prepare(model, PrepareContext(run.is_cached(run.method, stage.name, planned.key),
                                                 lambda: batch_fn(0).to(run.device)))
         if not planned.stage.skip:
-            run.fit_stage(model, planned, owner=run.method, batch_fn=batch_fn, seed=run.seed)
+            run.fit_stage(model, planned, owner=run.method, batch_fn=batch_fn, seed=run.seed,
+                          shard_fn=_shards(task, planned, the_plan.batch_size))
         if stage.finish is not None:
             stage.finish(model)
     return model.eval()
@@ -248,3 +256,9 @@ def train(method: "Method") -> nn.Module:
 def _batches(task: "Task", planned: PlannedStage, batch_size: int) -> Callable[[int], Batch]:
     offset = planned.offset
     return lambda step: task.train_batch(offset + step, batch_size)
+
+
+def _shards(task: "Task", planned: PlannedStage, batch_size: int) -> Callable[[int, int, int], Batch]:
+    """This rank's rows of each step's global batch (data-parallel training; bench/data.py)."""
+    offset = planned.offset
+    return lambda step, rank, world: task.train_shard(offset + step, batch_size, rank, world)

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-SCHEMA_VERSION = 4  # 2: same-process dense timing ratios and the cost check; 3: load average, code version;
-# 4: the training protocol's version
+SCHEMA_VERSION = 5  # 2: same-process dense timing ratios and the cost check; 3: load average, code version;
+# 4: the training protocol's version; 5: precision, compute dtypes of the counter and the timer, world size
+# (rows without these columns: fp32, one process)
 # The training protocol a row's model was trained under: 1 = each method's own budget, data order and seeds
 # (rows without this column); 2 = stages run by the core (bench/protocol.py: one method budget, data
 # continuing after the base model, per-step seeds).  Reports never join rows of two versions in one curve.
@@ -37,7 +38,7 @@ FILE_MODE = 0o644  # mkstemp creates 0600; result files are meant to be read by 
 # every row's identity from its stored ``<row_id>.config.yaml`` with the current list, so an old row and
 # a new row of the same point have the same identity although their stored hashes differ.
 NON_RESULT_KEYS = frozenset({"results_dir", "cache_dir", "force", "plugins", "timing_min_run_s", "timing_rounds",
-                             "allow_cost_mismatch"})
+                             "allow_cost_mismatch", "num_workers", "pin_memory", "log_every", "save_every_s"})
 # Text columns that pandas would otherwise parse as numbers (a hex hash such as "852181e88326" is a float).
 TEXT_COLUMNS = ("config_hash", "run_id", "git_sha", "knob_value", "variant", "code_version")
 
@@ -105,6 +106,12 @@ class ResultRow:
     # hash of the code that made the row's model (method, task, skeleton, training loop; schema 3; "" before)
     code_version: str = ""
     protocol: int = PROTOCOL_VERSION
+    # scale (issue 16): the run's precision (training autocast), the dtype the MAC counter and the timer ran
+    # under (evaluation too), and the number of data-parallel training processes
+    precision: str = "fp32"
+    count_dtype: str = "float32"
+    timing_dtype: str = "float32"
+    world_size: int = 1
 
 
 COLUMNS = [f.name for f in dataclasses.fields(ResultRow)]
@@ -176,10 +183,17 @@ def stable_hash(obj: Any, length: int = 12) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:length]
 
 
+# Result keys added after rows existed, with the value those rows implicitly had: a key at that value is left
+# out of the hash, so a point run with the defaults keeps the identity of its older rows.
+IMPLICIT_DEFAULTS = {"precision": "fp32", "accumulate": 1}
+
+
 def identity_hash(config: dict[str, Any], method: str, task: str) -> str:
-    """The config hash of a point: the resolved config without :data:`NON_RESULT_KEYS`, with method and task."""
+    """The config hash of a point: the resolved config without :data:`NON_RESULT_KEYS` (and without
+    :data:`IMPLICIT_DEFAULTS` at their defaults), with method and task."""
     return stable_hash({"method": method, "task": task,
-                        **{k: v for k, v in config.items() if k not in NON_RESULT_KEYS}})
+                        **{k: v for k, v in config.items() if k not in NON_RESULT_KEYS
+                           and not (k in IMPLICIT_DEFAULTS and v == IMPLICIT_DEFAULTS[k])}})
 
 
 def stored_identity(csv_path: Path, method: str, task: str, stored_hash: str) -> str:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch
 from torch import nn
 
-from bench import train
+from bench import distributed, train
 from bench.api import Batch, Task, plain  # noqa: F401  (plain: re-exported for methods)
 
 if TYPE_CHECKING:
@@ -86,8 +86,16 @@ class RunContext:
         self.task_name = task
         self.command = command
         self.seed = int(cfg.seed)
-        self.device = str(cfg.device)
+        self.device = distributed.setup(str(cfg.device))  # joins the process group under torchrun / SLURM
         self.cache_dir = Path(cfg.cache_dir)
+        # How stages train at scale (issue 16; run-level keys, defaults for configs that predate them).
+        self.precision = str(getattr(cfg, "precision", "fp32"))
+        self.accumulate = int(getattr(cfg, "accumulate", 1))
+        self.train_options = {"precision": self.precision, "accumulate": self.accumulate,
+                              "log_every": int(getattr(cfg, "log_every", 50)),
+                              "num_workers": int(getattr(cfg, "num_workers", 0)),
+                              "pin_memory": bool(getattr(cfg, "pin_memory", True)),
+                              "save_every_s": float(getattr(cfg, "save_every_s", 60.0))}
         self.train_time_s = 0.0  # training time spent by this run's stages (cached stages count theirs)
         self._charged: set[Path] = set()
         self.fit_extra: dict[str, Any] = {}  # extra bench.train.fit arguments (tests: stop_after)
@@ -98,15 +106,43 @@ class RunContext:
     def is_cached(self, owner: str, name: str, key: Any) -> bool:
         return train.is_done(self.stage_path(owner, name, key))
 
+    def scale_key(self) -> dict[str, Any]:
+        """What the scale options change in a trained model, for the base model's cache key (and through
+        the chained keys every stage's): precision and accumulation when not the defaults.  The world size
+        is left out: N processes train on the same global batches as one (up to fp32 rounding)."""
+        key: dict[str, Any] = {}
+        if self.precision != "fp32":
+            key["precision"] = self.precision
+        if self.accumulate != 1:
+            key["accumulate"] = self.accumulate
+        return key
+
+    def check_batch(self, batch_size: int) -> None:
+        """The global batch must split into equal rows per rank (DDP averages ranks with equal weight), and
+        each rank's rows into at least ``accumulate`` micro-batches."""
+        from bench.errors import UserError
+
+        world = distributed.world()
+        if batch_size % world:
+            raise UserError(f"the training batch size {batch_size} does not divide into {world} processes; "
+                            "set the task's batch_size to a multiple of the number of processes")
+        if batch_size // world < self.accumulate:
+            raise UserError(f"accumulate={self.accumulate} exceeds the {batch_size // world} training samples each "
+                            f"of {world} process(es) gets per step; use accumulate <= {batch_size // world}")
+
     def fit(self, model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn, *, owner: str, name: str,
             key: Any, **kwargs) -> train.FitResult:
-        """Train one stage (cached by ``key``; resumes after an interruption; one trainer at a time)."""
+        """Train one stage (cached by ``key``; resumes after an interruption; one trainer at a time).
+
+        Under data parallelism rank 0 holds the stage lock while every rank trains (the others wait for it
+        at a barrier)."""
         ckpt = self.stage_path(owner, name, key)
-        with stage_lock(ckpt):
+        with stage_lock(ckpt) if distributed.is_main() else contextlib.nullcontext():
+            distributed.barrier()
             torch.manual_seed(self.seed)
             model.to(self.device)
             result = train.fit(model, batch_fn, loss_fn, ckpt=ckpt, desc=f"{owner}:{name}", device=self.device,
-                               **{**kwargs, **self.fit_extra})
+                               **{**self.train_options, **kwargs, **self.fit_extra})
         if ckpt not in self._charged:  # a stage loaded again (e.g. the dense base for timing) counts once
             self._charged.add(ckpt)
             self.train_time_s += result.time_s
@@ -114,16 +150,22 @@ class RunContext:
         return result
 
     def fit_stage(self, model: nn.Module, planned: "PlannedStage", *, owner: str,
-                  batch_fn: Callable[[int], Batch], seed: int) -> train.FitResult:
+                  batch_fn: Callable[[int], Batch], seed: int,
+                  shard_fn: Callable[[int, int, int], Batch] | None = None) -> train.FitResult:
         """Run one declared stage under the core's protocol (per-step seeds, declared policy, cache)."""
         from bench.protocol import StepContext, step_seed
 
         stage, steps = planned.stage, planned.steps
         ctx = StepContext(stage.name, 0, steps, torch.Generator(device=self.device))
 
+        # Data-parallel ranks draw their own noise (dropout, Gumbel, budgets) for their rows: seeded by
+        # (seed, stage, step, rank), so a resumed run with the same processes draws the same; one process
+        # keeps the single-process seeds.
+        stream = stage.name if distributed.world() == 1 else f"{stage.name}/rank{distributed.rank()}"
+
         def before_step(step: int) -> None:
             ctx.step = step
-            value = step_seed(seed, stage.name, step)
+            value = step_seed(seed, stream, step)
             torch.manual_seed(value)
             ctx.generator.manual_seed(value)
 
@@ -132,7 +174,7 @@ class RunContext:
         return self.fit(model, batch_fn, lambda m, batch: stage.loss(m, batch, ctx), owner=owner, name=stage.name,
                         key=planned.key, steps=steps, lr=stage.lr, params=params, grad_clip=policy.grad_clip,
                         weight_decay=policy.weight_decay, warmup=policy.warmup_steps(steps),
-                        before_step=before_step)
+                        before_step=before_step, shard_fn=shard_fn)
 
     def base_key(self, task: Task, width: float = 1.0, depth: float = 1.0) -> dict[str, Any]:
         """What determines the task's dense base model at a size: the task's training config, the seed, and
@@ -140,7 +182,8 @@ class RunContext:
         import bench.protocol as protocol
 
         return {"task": self.task_name, "cfg": task.base_config(), "width": width, "depth": depth,
-                "seed": self.seed, "skeleton": skeleton_version(), "code": code_version(type(task), train, protocol)}
+                "seed": self.seed, "skeleton": skeleton_version(), "code": code_version(type(task), train, protocol),
+                **self.scale_key()}
 
     def base_model(self, task: Task, width: float = 1.0, depth: float = 1.0) -> nn.Module:
         """The task's dense model at a given size, trained once with the task's budget and cached: one
@@ -153,8 +196,9 @@ class RunContext:
         stage = Stage(f"w{width}-d{depth}", task_loss(task), lr=float(budget["lr"]), policy=base_policy(task))
         planned = PlannedStage(stage, int(budget["steps"]), 0, self.base_key(task, width, depth))
         size = int(budget["batch_size"])
+        self.check_batch(size)
         self.fit_stage(model, planned, owner="dense", batch_fn=lambda step: task.train_batch(step, size),
-                       seed=self.seed)
+                       seed=self.seed, shard_fn=lambda step, rank, world: task.train_shard(step, size, rank, world))
         return model
 
 

@@ -5,6 +5,13 @@ knob value: evaluate quality on the real path with per-sample MACs from the logg
 MACs with the dispatch-level counter on a few batches (a separate pass); time batch-1 latency and
 large-batch throughput (another pass, no counters attached) → one row per knob value in ``results/``.
 Knob values that already have a row are skipped (an interrupted sweep resumes), unless ``force=true``.
+
+Scale (issue 16): evaluation streams the task's evaluation batches, holding one batch at a time (only
+per-sample predictions and columns are kept).  Under data parallelism every rank trains; then rank 0
+alone evaluates, counts, times and writes rows, as one process on one device (bench/distributed.py), and
+the other ranks return.  Evaluation, counting and timing run the model cast to the run's ``precision``
+(bench/precision.py); rows record it, the counter's and the timer's dtype, and the number of training
+processes.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from bench import cost, paths, provenance, registry, results
+from bench import cost, distributed, paths, precision as amp, provenance, registry, results
 from bench.api import Batch, Method, Task
 from bench.errors import UserError
 from bench.run import RunContext, code_version, plain
@@ -47,6 +54,7 @@ def build(cfg: Any, method_name: str, task_name: str, command: str = "") -> tupl
 
 
 def _batches(task: Task, limit: int):
+    """The first ``limit`` evaluation samples (all when 0), one batch at a time (a generator)."""
     seen = 0
     for batch in task.eval_batches():
         if limit and seen >= limit:
@@ -59,18 +67,22 @@ def _batches(task: Task, limit: int):
 
 
 @torch.inference_mode()
-def evaluate(method: Method, model: torch.nn.Module, task: Task, *, limit: int, device: str):
-    """Quality on the real path and per-sample MACs from the method's decision log."""
+def evaluate(method: Method, model: torch.nn.Module, task: Task, *, limit: int, device: str,
+             precision: str = "fp32"):
+    """Quality on the real path and per-sample MACs from the method's decision log.
+
+    Streams: one evaluation batch is held at a time (the split is never materialised)."""
     import pandas as pd
 
     columns: dict[str, list[torch.Tensor]] = {}
     previews: list[str] = []  # token maps and input previews of the first PREVIEW_SAMPLES samples
     maps: list[str] = []
     preds, targets = [], []
-    for batch in tqdm(list(_batches(task, limit)), desc="evaluate", leave=False,
+    for batch in tqdm(_batches(task, limit), desc="evaluate", leave=False,
                       disable=os.environ.get("BENCH_QUIET") == "1"):
         batch = batch.to(device)
-        result = method.infer(model, batch)
+        # the model's precision (bench/precision.py): inputs cast like the model, costs from the same forward
+        result = method.infer(model, Batch(amp.cast_input(batch.x, precision), batch.y, batch.meta))
         preds.append(task.predict(result.outputs).cpu())
         targets.append(batch.y.cpu())
         keep = max(0, PREVIEW_SAMPLES - len(maps))
@@ -95,7 +107,8 @@ def evaluate(method: Method, model: torch.nn.Module, task: Task, *, limit: int, 
 
 
 @torch.inference_mode()
-def counted_macs(method: Method, model: torch.nn.Module, task: Task, *, batches: int, device: str):
+def counted_macs(method: Method, model: torch.nn.Module, task: Task, *, batches: int, device: str,
+                 precision: str = "fp32"):
     """Mean MACs per sample from the counter, and from the decision log on the same batches."""
     counted, logged, samples, uncounted = 0, 0.0, 0, set()
     for i, batch in enumerate(task.eval_batches()):
@@ -110,7 +123,8 @@ def counted_macs(method: Method, model: torch.nn.Module, task: Task, *, batches:
             reports.append(counter.report)
             return out
 
-        result = method.infer(model, batch, forward=counted_forward)
+        result = method.infer(model, Batch(amp.cast_input(batch.x, precision), batch.y, batch.meta),
+                              forward=counted_forward)
         counted += reports[0].macs
         uncounted.update(reports[0].uncounted)
         logged += float(result.macs.sum())
@@ -118,25 +132,25 @@ def counted_macs(method: Method, model: torch.nn.Module, task: Task, *, batches:
     return counted / samples, logged / samples, sorted(uncounted)
 
 
-def dense_reference_macs(task: Task, *, batches: int, device: str) -> float:
+def dense_reference_macs(task: Task, *, batches: int, device: str, precision: str = "fp32") -> float:
     """Mean MACs per sample of the task's dense reference model, from the counter: on the first ``batches``
     evaluation batches, or on all of them for a model whose cost depends on its inputs' content
     (``input_dependent_cost``, e.g. a decoder whose cost depends on what it generates)."""
-    model = task.reference_model().to(device).eval()
+    model = amp.cast_model(task.reference_model().to(device).eval(), precision)
     if getattr(model, "input_dependent_cost", False):
         batches = 0
     total, samples = 0, 0
     for i, batch in enumerate(task.eval_batches()):
         if batches and i >= batches:
             break
-        total += cost.count(lambda x: task.infer(model, x), batch.to(device).x).macs
+        total += cost.count(lambda x: task.infer(model, x), amp.cast_input(batch.to(device).x, precision)).macs
         samples += len(batch)
     return total / samples
 
 
 def check_costs(method: Method, model: torch.nn.Module, task: Task, values: list[Any], *, where: str,
-                knob: str, batches: int, device: str,
-                allow_mismatch: bool) -> dict[str, tuple[float, float, list[str], str]]:
+                knob: str, batches: int, device: str, allow_mismatch: bool,
+                precision: str = "fp32") -> dict[str, tuple[float, float, list[str], str]]:
     """Counter vs decision log for every knob value, before anything is evaluated or written.
 
     Returns {str(value): (counted, logged, uncounted ops, cost_check label)}.  A disagreement over 1%
@@ -146,7 +160,8 @@ def check_costs(method: Method, model: torch.nn.Module, task: Task, values: list
     checks = {}
     for value in values:
         method.set_knob(model, value)
-        counted, logged, uncounted = counted_macs(method, model, task, batches=batches, device=device)
+        counted, logged, uncounted = counted_macs(method, model, task, batches=batches, device=device,
+                                                  precision=precision)
         gap = (logged - counted) / max(counted, 1.0)
         label = "agree"
         if abs(gap) > 0.01:
@@ -179,14 +194,28 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     # Provenance is taken before any work: the code that runs is the code checked out now.
     sha, dirty = provenance.git_sha(), provenance.git_dirty()
     t0 = time.perf_counter()
-    model = method.build().to(cfg.device).eval()
+    device, precision = run_ctx.device, str(cfg.precision)
+    model = method.build().to(device).eval()
+    world = distributed.world()
+    if world > 1:
+        # Every rank trains what rank 0 will load below (the dense base for timing, a trained reference),
+        # then rank 0 goes on alone as one process and the others are done.
+        if cfg.timing or type(task).reference_model is not Task.reference_model:
+            run_ctx.base_model(task)
+        main = distributed.is_main()
+        distributed.barrier()
+        distributed.shutdown()
+        if not main:
+            return []
+    dtype = amp.dtype_name(precision)
+    model = amp.cast_model(model, precision)  # evaluation, counting and timing in the run's dtype
     params = sum(p.numel() for p in model.parameters())
-    macs_dense = dense_reference_macs(task, batches=cfg.count_batches, device=cfg.device)
+    macs_dense = dense_reference_macs(task, batches=cfg.count_batches, device=device, precision=precision)
     checks = check_costs(method, model, task, pending, where=f"{method_name} on {task_name}", knob=spec.knob,
-                         batches=cfg.count_batches, device=cfg.device,
-                         allow_mismatch=bool(cfg.allow_cost_mismatch))
+                         batches=cfg.count_batches, device=device,
+                         allow_mismatch=bool(cfg.allow_cost_mismatch), precision=precision)
     # The task's dense base model, timed beside every knob value in the same process.
-    dense = run_ctx.base_model(task).to(cfg.device).eval() if cfg.timing else None
+    dense = amp.cast_model(run_ctx.base_model(task).to(device).eval(), precision) if cfg.timing else None
     import bench.models.transformer as skeleton
     from bench import train
 
@@ -194,16 +223,16 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     written = []
     for value in pending:
         method.set_knob(model, value)
-        quality, samples = evaluate(method, model, task, limit=cfg.eval_limit, device=cfg.device)
+        quality, samples = evaluate(method, model, task, limit=cfg.eval_limit, device=device, precision=precision)
         counted, _, uncounted, cost_check = checks[str(value)]
         timing, load_avg = None, float("nan")
         if cfg.timing:
             load_avg = os.getloadavg()[0]  # the machine's load when this value's timing starts
-            timing = measure_against_dense(model, dense, lambda b: task.example_input(b).to(cfg.device),
+            timing = measure_against_dense(model, dense, lambda b: task.example_input(b).to(device),
                                            batch=cfg.timing_batch, threads=int(cfg.threads),
                                            min_run_time=float(cfg.timing_min_run_s),
                                            rounds=int(cfg.timing_rounds),
-                                           call=lambda m, x: task.infer(m, x))
+                                           call=lambda m, x: _infer_in(precision, task, m, x))
         timing = timing or Timing(*(float("nan"),) * 3, 0)
         summary = cost.percentile_summary(torch.tensor(samples["macs"].to_numpy(copy=True)))
         row_id = _row_id(chash, spec.knob, value, cfg.seed)
@@ -231,7 +260,8 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
             params=params, train_budget=method.train_budget(), train_time_s=run_ctx.train_time_s,
             run_id=row_id, config_hash=chash, command=command, git_sha=sha,
             git_dirty=dirty, versions=provenance.versions(),
-            device=provenance.device_name(cfg.device), timestamp=provenance.timestamp())
+            device=provenance.device_name(device), timestamp=provenance.timestamp(), precision=precision,
+            count_dtype=dtype, timing_dtype=dtype if cfg.timing else "", world_size=world)
         written.append(str(results.append(cfg.results_dir, row, row_id, samples,
                                           config_yaml=OmegaConf.to_yaml(cfg, resolve=True))))
         log.info("%s %s %s=%s: %s=%.4f, %.4g MACs/sample (%.1f%% of dense), %s", task_name, method_name,
@@ -240,6 +270,11 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
                  f"{timing.throughput_ratio:.2f}x dense" if cfg.timing else "not timed")
     log.info("done in %.1f s; rows: %s", time.perf_counter() - t0, ", ".join(written))
     return written
+
+
+def _infer_in(precision: str, task: Task, model: torch.nn.Module, x: torch.Tensor) -> Any:
+    """The task's evaluation forward on an input in the run's dtype (what the timer times)."""
+    return task.infer(model, amp.cast_input(x, precision))
 
 
 def _row_id(chash: str, knob: str, value: Any, seed: int) -> str:

@@ -2,26 +2,48 @@
 
 A stage writes ``<ckpt>.partial.pt`` every ``save_every_s`` seconds and on Ctrl-C, and the final weights
 to ``<ckpt>`` when done.  Calling :func:`fit` again with the same checkpoint path resumes from the last
-partial state (model, optimizer, step, elapsed time); a finished stage just loads its weights.  Data
-comes from ``batch_fn(step)``, which is deterministic in the step, so a resumed run sees the same
-batches it would have seen without the interruption.
+partial state (model, optimizer, sampler position = step, loss scaler, elapsed time); a finished stage just
+loads its weights.  Data comes from ``batch_fn(step)`` (or ``shard_fn(step, rank, world)``), deterministic in
+the step, read through a DataLoader (bench/data.py), so a resumed run sees the same batches it would have
+seen without the interruption.
+
+Scale (issue 16):
+
+* **Data parallel.**  Under ``torch.distributed`` (bench/distributed.py) the model is wrapped in
+  ``DistributedDataParallel`` and each rank trains on its rows of the step's global batch; DDP averages the
+  gradients, so N processes at global batch B follow one process at batch B (up to fp32 rounding).  The
+  loss sees a replica whose calls go through DDP's ``forward`` and whose attributes are the model's; a
+  loss that never calls ``forward`` with gradients (a stage that distils modules on recorded inputs) gets
+  its gradients averaged by one explicit all-reduce instead.  Rank 0 alone writes checkpoints; every rank
+  loads them (after rank 0 has checked them) to resume.
+* **Precision.**  ``precision=bf16|fp16`` runs the loss under autocast; fp16 scales it (GradScaler).
+* **Accumulation.**  ``accumulate=k`` splits each rank's rows into k micro-batches, weights each loss by
+  its share of the rows and syncs gradients once per step.
+* **No per-step host sync.**  Step losses stay on the device and are read every ``log_every`` steps (and
+  before a checkpoint), when the loss average shown by tqdm is updated.
+
+With one process, fp32, ``accumulate=1`` and ``num_workers=0`` the loop executes the same operations in
+the same order as before, so trained weights are bit-identical (tests/test_scale.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from bench import distributed, precision as amp
 from bench.api import Batch
 from bench.checkpoints import Interrupted, atomic_save, load_final, load_partial, read
+from bench.data import ShardFn, step_loader
 
 
 @dataclass
@@ -40,20 +62,56 @@ def is_done(ckpt: Path) -> bool:
     return read(Path(ckpt), ("model",)) is not None  # an unusable checkpoint is moved aside: not done
 
 
+class _Replica:
+    """What a loss sees under DDP: calls run through DDP's ``forward`` (gradient sync), attributes read and
+    set are the wrapped model's.  ``forwards`` counts the calls made with gradients enabled."""
+
+    def __init__(self, ddp: nn.Module):
+        object.__setattr__(self, "_ddp", ddp)
+        object.__setattr__(self, "forwards", 0)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if torch.is_grad_enabled():
+            object.__setattr__(self, "forwards", self.forwards + 1)
+        return self._ddp(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ddp.module, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._ddp.module, name, value)
+
+
+def _load_final_everywhere(ckpt: Path, model: nn.Module, device: str) -> dict | None:
+    """Rank 0 checks (and moves aside) the final checkpoint first, then the other ranks load what is left."""
+    state = load_final(ckpt, model, device) if distributed.is_main() else None
+    if distributed.world() > 1:
+        distributed.barrier()
+        if not distributed.is_main():
+            state = load_final(ckpt, model, device)
+        if distributed.broadcast(state is not None) != (state is not None):
+            raise RuntimeError(f"ranks disagree on whether {ckpt} is a finished stage")
+    return state
+
+
 def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[nn.Module, Batch], Tensor],
         *, steps: int, lr: float, ckpt: Path, desc: str, params: Iterable[nn.Parameter] | None = None,
         weight_decay: float = 0.0, grad_clip: float | None = 1.0, warmup: int = 0,
         device: str = "cpu", save_every_s: float = 60.0, stop_after: int | None = None,
-        before_step: Callable[[int], None] | None = None) -> FitResult:
+        before_step: Callable[[int], None] | None = None, shard_fn: ShardFn | None = None,
+        precision: str = "fp32", accumulate: int = 1, log_every: int = 50, num_workers: int = 0,
+        pin_memory: bool = False) -> FitResult:
     """Train ``model`` for ``steps`` Adam steps on ``loss_fn(model, batch_fn(step))``; resumable.
 
     ``before_step(step)`` runs before each step's batch is drawn (the protocol seeds the step's randomness
-    there, so a resumed run draws what an uninterrupted one would).
+    there, so a resumed run draws what an uninterrupted one would).  ``shard_fn(step, rank, world)``: this
+    rank's rows of the step's batch (default: the rows of ``batch_fn(step)``).
 
     ``stop_after`` (tests): raise KeyboardInterrupt after that many steps of this call, as Ctrl-C would.
     """
     ckpt = Path(ckpt)
-    state = load_final(ckpt, model, device)
+    rank, world, main = distributed.rank(), distributed.world(), distributed.is_main()
+    state = _load_final_everywhere(ckpt, model, device)
     if state is not None:
         return FitResult(state["steps"], state["time_s"], state["final_loss"], state["steps"])
     params = [p for p in (params if params is not None else model.parameters()) if p.requires_grad]
@@ -67,41 +125,87 @@ def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[n
         return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    scaler = amp.grad_scaler(precision, device)
     start, elapsed, loss_ema = 0, 0.0, float("nan")
     partial = _partial(ckpt)
-    state = load_partial(partial, model, optimizer, scheduler, device)
+    state = load_partial(partial, model, optimizer, scheduler, device) if main else None
+    if world > 1:  # rank 0 has checked (or moved aside) the partial checkpoint; the others follow it
+        distributed.barrier()
+        if distributed.broadcast(state is not None) and not main:
+            state = load_partial(partial, model, optimizer, scheduler, device)
     if state is not None:
         start, elapsed, loss_ema = state["step"], state["time_s"], state["loss_ema"]
+        if "scaler" in state:
+            scaler.load_state_dict(state["scaler"])
+    target: Any = model
+    ddp = None
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        index = [torch.device(device).index or 0] if device.startswith("cuda") else None
+        ddp = DistributedDataParallel(model, device_ids=index, find_unused_parameters=True)
+        target = _Replica(ddp)
+    pending: list[Tensor] = []  # step losses not yet read back from the device
+
+    def flush() -> None:
+        nonlocal loss_ema
+        if not pending:
+            return
+        for value in torch.stack(pending).tolist():
+            loss_ema = value if math.isnan(loss_ema) else 0.98 * loss_ema + 0.02 * value
+        pending.clear()
 
     def save_partial(step: int) -> None:
-        atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                     "scheduler": scheduler.state_dict(), "step": step, "time_s": elapsed,
-                     "loss_ema": loss_ema}, partial)
+        flush()
+        if main:
+            atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                         "scheduler": scheduler.state_dict(), "step": step, "time_s": elapsed,
+                         "loss_ema": loss_ema, "sampler": {"step": step, "world": world, "accumulate": accumulate},
+                         "scaler": scaler.state_dict()}, partial)
 
+    if shard_fn is None:
+        shard_fn = lambda s, r, w: batch_fn(s).shard(r, w)  # noqa: E731
+    loader = iter(step_loader(shard_fn, start=start, steps=steps, rank=rank, world=world,
+                              num_workers=num_workers, pin_memory=pin_memory and device.startswith("cuda")))
     model.train()
     step = start
     last_save = time.perf_counter()
     progress = tqdm(total=steps, initial=start, desc=desc, leave=False, dynamic_ncols=True,
-                    disable=os.environ.get("BENCH_QUIET") == "1")
+                    disable=os.environ.get("BENCH_QUIET") == "1" or not main)
     try:
         while step < steps:
             t0 = time.perf_counter()
             if before_step is not None:
                 before_step(step)
-            batch = batch_fn(step).to(device)
-            loss = loss_fn(model, batch)
+            shard = next(loader).to(device, non_blocking=pin_memory)
+            micro = shard.split(accumulate) if accumulate > 1 else [shard]
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            step_loss = None
+            for i, part in enumerate(micro):
+                last = i == len(micro) - 1
+                with ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext():
+                    if ddp is not None:
+                        object.__setattr__(target, "forwards", 0)
+                    with amp.autocast(precision, device):
+                        loss = loss_fn(target, part)
+                    if len(micro) > 1:
+                        loss = loss * (len(part) / len(shard))  # the mean over the rank's rows
+                    scaler.scale(loss).backward()
+                step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
+            if ddp is not None and target.forwards == 0:  # no forward through DDP: average explicitly
+                distributed.all_reduce_grads(params)
             if grad_clip:
+                scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(params, grad_clip)
-            optimizer.step()
+            scaler.step(optimizer)
+            scaler.update()
             scheduler.step()
             step += 1
             elapsed += time.perf_counter() - t0
-            value = float(loss.detach())
-            loss_ema = value if math.isnan(loss_ema) else 0.98 * loss_ema + 0.02 * value
+            pending.append(step_loss.float())
             progress.update(1)
-            if step % 50 == 0:
+            if step % log_every == 0:
+                flush()
                 progress.set_postfix(loss=f"{loss_ema:.4f}")
             if time.perf_counter() - last_save > save_every_s:
                 save_partial(step)
@@ -113,8 +217,11 @@ def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[n
         progress.close()
         raise Interrupted(desc, step, steps, partial) from None
     progress.close()
+    flush()
     model.eval()
-    atomic_save({"model": model.state_dict(), "steps": steps, "time_s": elapsed, "final_loss": loss_ema}, ckpt)
-    if partial.exists():
-        partial.unlink()
+    if main:
+        atomic_save({"model": model.state_dict(), "steps": steps, "time_s": elapsed, "final_loss": loss_ema}, ckpt)
+        if partial.exists():
+            partial.unlink()
+    distributed.barrier()  # the other ranks go on once the stage is saved
     return FitResult(steps, elapsed, loss_ema, start)

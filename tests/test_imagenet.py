@@ -301,3 +301,22 @@ def test_empty_directory_and_wrong_split_are_user_errors(tmp_path, monkeypatch):
 def test_missing_fashion_mnist_directory_is_user_error(tmp_path):
     with pytest.raises(UserError, match="dataset-fashion-mnist"):
         make_task(data_dir=str(tmp_path))
+
+
+def test_streamed_evaluation_and_rank_shards_match_the_map_style_reader(tmp_path, monkeypatch):
+    """imagenet.streaming=true reads the evaluation split as an IterableDataset with the same batches; a
+    rank's training shard decodes only its rows and equals those rows of the whole batch (issue 16)."""
+    isolate_hf_cache(tmp_path, monkeypatch)
+    write_parquet_dataset(tmp_path / "pq")
+    kw = dict(source="hf", data_dir=str(tmp_path / "pq"), arch="small", patch=16, d_model=16, heads=2,
+              mlp=16, layers=1, eval_batch=5, workers=1, image_size=32)
+    mapped, streamed = make_task(**kw), make_task(**kw, streaming=True)
+    assert isinstance(streamed._eval, D.HFImageStream) and "validation streamed" in streamed.dataset
+    pairs = list(zip(mapped.eval_batches(), streamed.eval_batches(), strict=True))
+    assert len(pairs) == 3
+    for a, b in pairs:
+        assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y) and torch.equal(a.meta["index"], b.meta["index"])
+    whole = mapped.train_batch(3, 4)
+    halves = [mapped.train_shard(3, 4, rank, 2) for rank in (0, 1)]
+    assert torch.equal(torch.cat([h.x for h in halves]), whole.x)
+    assert torch.equal(torch.cat([h.y for h in halves]), whole.y)

@@ -2,7 +2,9 @@
 
 tests/data/skeleton_golden.pt was written by tests/data/make_skeleton_golden.py on the code before these
 options existed; the same models built by the current code must have the same parameter names and shapes,
-bit-identical outputs (teacher-forced logits, beam-search tokens) and the same counted and logged MACs.
+the same outputs (teacher-forced logits, beam-search tokens) and the same counted and logged MACs.  Since
+attention runs through ``F.scaled_dot_product_attention`` (issue 16) the logits equal the golden ones to
+fp32 rounding (the fused kernel sums in another order) rather than bitwise; tokens and MACs stay exact.
 """
 
 from pathlib import Path
@@ -21,7 +23,7 @@ def test_default_models_are_unchanged():
     for name, ref in golden.items():
         cur = now[name]
         assert [tuple(k) for k in cur["keys"]] == [(k, tuple(s)) for k, s in ref["keys"]], name
-        assert torch.equal(cur["out"], ref["out"]), name
+        torch.testing.assert_close(cur["out"], ref["out"], rtol=1e-5, atol=1e-5, msg=name)
         assert cur["macs"] == ref["macs"], name
     assert torch.equal(now["seq2seq"]["generate"], golden["seq2seq"]["generate"])
     assert torch.equal(now["seq2seq"]["sample_macs"], golden["seq2seq"]["sample_macs"])

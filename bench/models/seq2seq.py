@@ -62,7 +62,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bench.models.transformer import Attention, Block, Encoder, EncoderConfig
+from bench.models.transformer import Attention, Block, Encoder, EncoderConfig, dropout_p
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -151,12 +151,11 @@ def _merge(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(b, t, h * dh)
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, drop: nn.Module) -> Tensor:
-    """Explicit-matmul attention; ``mask`` broadcastable to the scores, True = not attended."""
-    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(mask, float("-inf"))
-    return torch.matmul(drop(torch.softmax(scores, dim=-1)), v)
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, drop: nn.Module, causal: bool = False) -> Tensor:
+    """Attention through ``F.scaled_dot_product_attention``; ``mask`` broadcastable to the scores, True = not
+    attended; ``causal`` (queries and keys the same positions): SDPA's own causal mask (no mask tensor)."""
+    keep = None if mask is None else ~mask
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p(drop), is_causal=causal)
 
 
 class SelfAttention(Attention):
@@ -174,11 +173,11 @@ class SelfAttention(Attention):
             cache["k"], cache["v"] = k, v
         t_q, t_k = q.shape[2], k.shape[2]
         mask = None
-        if t_q > 1:  # causal (queries are the last t_q positions)
+        if 1 < t_q < t_k:  # causal (queries are the last t_q positions); t_q == t_k: SDPA's is_causal
             mask = torch.ones(t_q, t_k, dtype=torch.bool, device=x.device).triu(t_k - t_q + 1)
         self.last_core_macs = torch.full((x.shape[0],), 2.0 * t_q * t_k * self.d_model, dtype=torch.float64,
                                          device=x.device)
-        return self.o(_merge(attend(q, k, v, mask, self.drop)))
+        return self.o(_merge(attend(q, k, v, mask, self.drop, causal=1 < t_q == t_k)))
 
     def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """This layer's keys/values of ``x`` (used for states copied up from a lower exit)."""

@@ -3,13 +3,16 @@
 Every task builds its backbone from these modules and every method is written against their names:
 
     Encoder.embed            task-specific: tokens [B, T, d] from the raw input
-    Encoder.blocks[i]        Block: norm1 → attn (q, k, v, o Linears; explicit matmuls) → norm2 → mlp (fc1, act, fc2)
+    Encoder.blocks[i]        Block: norm1 → attn (q, k, v, o Linears; fused SDPA core) → norm2 → mlp (fc1, act, fc2)
     Encoder.norm             final LayerNorm (``nn.Identity`` when ``final_norm`` is off: post-norm models)
     Encoder.pool             "cls" (token 0) or "mean" over valid tokens
     Encoder.head             task-specific head on the pooled vector
 
-Attention is written as explicit matmuls so the dispatch-level counter sees QKᵀ and AV (the fused CPU
-SDPA kernel has no FLOP formula).  Analytic MAC formulas (``macs``) follow the torchvision convention:
+The attention core is ``torch.nn.functional.scaled_dot_product_attention`` (fused flash / memory-efficient
+kernels on GPU and CPU; issue 16).  The dispatch-level counter still sees QKᵀ and AV: torch's FLOP counter
+knows the CUDA SDPA kernels, and bench/cost.py registers the formula of the fused CPU kernel, so the counted
+MACs are exactly those of the former explicit matmuls (tests/test_scale.py checks them against the numbers
+counted before the change).  Analytic MAC formulas (``macs``) follow the torchvision convention:
 matmul/conv multiply-accumulates only; LayerNorm, softmax, activations and bias adds are not counted.
 
 Norm order (``EncoderConfig.norm_first``): pre-norm (the default; ViT, wav2vec 2.0 "stable layer norm"
@@ -23,11 +26,11 @@ defaults leave every existing model, its parameter names, outputs and MACs uncha
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 
 @dataclass
@@ -53,6 +56,11 @@ def attention_core_macs(n_q: int, n_k: int, d_model: int) -> int:
     return 2 * n_q * n_k * d_model
 
 
+def dropout_p(drop: nn.Module) -> float:
+    """The attention-dropout probability SDPA applies: the Dropout module's ``p`` in training, else 0."""
+    return float(drop.p) if drop.training and isinstance(drop, nn.Dropout) else 0.0
+
+
 def make_activation(name: str) -> nn.Module:
     return {"gelu": nn.GELU(), "relu": nn.ReLU(), "silu": nn.SiLU(), "swish": nn.SiLU()}[name]
 
@@ -73,7 +81,8 @@ class MLP(nn.Module):
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention with separate q/k/v/o projections and explicit matmuls."""
+    """Multi-head self-attention with separate q/k/v/o projections and a fused SDPA core (``drop`` holds the
+    attention-dropout probability, applied by SDPA in training)."""
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
         super().__init__()
@@ -95,12 +104,9 @@ class Attention(nn.Module):
         """``key_padding_mask``: [B, T] bool, True where a key is padding (never attended to)."""
         b, t, d = x.shape
         q, k, v = self._heads(self.q(x)), self._heads(self.k(x)), self._heads(self.v(x))
-        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-        if key_padding_mask is not None:
-            scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
-        attn = self.drop(torch.softmax(scores, dim=-1))
-        out = torch.matmul(attn, v).transpose(1, 2).reshape(b, t, d)
-        return self.o(out)
+        keep = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]  # SDPA: True = attend
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p(self.drop))
+        return self.o(out.transpose(1, 2).reshape(b, t, d))
 
     def macs(self, tokens: int) -> int:
         proj = sum(linear_macs(m, tokens) for m in (self.q, self.k, self.v, self.o))

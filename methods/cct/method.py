@@ -72,8 +72,8 @@ class CCT(Method):
         symbols = [symbol_of.to(batch.x.device)[d.to(batch.x.device)] for d in draws]  # per sub-network: [B]
         model.alpha = float(self.cfg.alpha_max) * ctx.progress
         model.generator = ctx.generator
-        logits = model(batch.x, *symbols)
-        return self.task.loss(logits, batch) + float(self.cfg.budget_weight) * model.budget_loss(*symbols, values)
+        logits, budget = model(batch.x, *symbols, budgets=values)
+        return self.task.loss(logits, batch) + float(self.cfg.budget_weight) * budget
 
     @staticmethod
     def _finish(model: nn.Module) -> None:

@@ -255,7 +255,11 @@ class CCTModel(nn.Module):
             symbols = torch.full((x.shape[0],), self.budget_index, dtype=torch.long, device=x.device)
         return x + self.budget_embed(symbols).unsqueeze(1)
 
-    def forward(self, inputs: Tensor, symbols: Tensor | None = None) -> Tensor:
+    def forward(self, inputs: Tensor, symbols: Tensor | None = None, budgets: Tensor | None = None):
+        """Logits; with ``budgets`` (training) also :meth:`budget_loss` of this forward's soft gates, so the
+        loss reaches every gate through ``forward`` (data-parallel training syncs it)."""
+        if budgets is not None:
+            return self.forward(inputs, symbols), self.budget_loss(symbols, budgets)
         x = self.tokens(inputs, symbols)
         self.last_tokens = x.shape[1]
         hard = not self.training

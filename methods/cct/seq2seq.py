@@ -177,7 +177,10 @@ class CCTSeq2Seq(EncoderDecoder):
         return self.decoder.head(self.decoder.norm(h))
 
     def forward(self, x: Tensor, enc_symbols: Tensor | None = None,  # type: ignore[override]
-                dec_symbols: Tensor | None = None) -> Tensor:
+                dec_symbols: Tensor | None = None, budgets: Tensor | None = None):
+        """Teacher-forced logits; with ``budgets`` (training) also :meth:`budget_loss` of this forward."""
+        if budgets is not None:
+            return self.forward(x, enc_symbols, dec_symbols), self.budget_loss(enc_symbols, dec_symbols, budgets)
         src, tgt = self.unpack(x)
         hard = not self.training
         memory, pad = self._encode_masked(src, enc_symbols, hard)

@@ -71,14 +71,16 @@ class DAT(Method):
     def _aligned(self, logits: list[Tensor], batch: Batch) -> Tensor:
         return torch.stack([self.task.loss(lg, batch) for lg in logits]).mean()
 
-    def _exit_loss(self, model: M.DATModel, logits, states, memory, mem_mask, batch: Batch) -> Tensor:
+    def _exit_loss(self, model: M.DATModel, logits, states, memory, mem_mask, batch: Batch,
+                   log_q: Tensor | None = None) -> Tensor:
         c = self.cfg
         y = batch.y[:, : logits[0].shape[1]]
         valid = y.ne(0)
         sequence = model.halting == "sequence"
         target = oracle(logits, y, valid, kind=str(c.oracle), lam=float(c.lam), sigma=float(c.sigma),
                         sequence=sequence)
-        log_q = model.halting_log_q(states, memory, mem_mask)  # [B, T or 1, N]
+        if log_q is None:
+            log_q = model.halting_log_q(states, memory, mem_mask)  # [B, T or 1, N]
         nll = -log_q.gather(-1, target[..., None])[..., 0]
         if sequence:
             return nll.mean()
@@ -110,13 +112,13 @@ class DAT(Method):
         ]
 
     def _aligned_stage_loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:
-        logits, _, _, _ = model.all_logits(batch.x)
+        logits, _, _, _ = model(batch.x, mode="all_logits")
         return self._aligned(logits, batch)
 
     def _exit_stage_loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:
-        logits, states, memory, mem_mask = model.all_logits(batch.x)
+        logits, states, memory, mem_mask, log_q = model(batch.x, mode="halting")
         return self._aligned(logits, batch) + float(self.cfg.alpha) * self._exit_loss(model, logits, states, memory,
-                                                                                      mem_mask, batch)
+                                                                                      mem_mask, batch, log_q)
 
     # --- knob -----------------------------------------------------------------------------------
     def knob_values(self) -> list[Any]:

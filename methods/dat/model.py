@@ -91,8 +91,15 @@ class DATModel(EncoderDecoder):
         norm, head = self.classifier(n)
         return head(norm(h))
 
-    def forward(self, x: Tensor) -> Tensor:
-        """Teacher-forced logits of the last classifier (the dense model's output)."""
+    def forward(self, x: Tensor, mode: str | None = None):
+        """Teacher-forced logits of the last classifier (the dense model's output).  Training losses call
+        ``mode="all_logits"`` (:meth:`all_logits`) and ``mode="halting"`` (:meth:`all_logits` plus
+        :meth:`halting_log_q` of its states) through ``forward``, so data-parallel training syncs them."""
+        if mode == "all_logits":
+            return self.all_logits(x)
+        if mode == "halting":
+            logits, states, memory, mem_mask = self.all_logits(x)
+            return logits, states, memory, mem_mask, self.halting_log_q(states, memory, mem_mask)
         states, _ = self.decoder_states(x)
         return self.logits(self.n_blocks - 1, states[-1])
 

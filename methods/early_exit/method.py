@@ -91,13 +91,13 @@ class EarlyExit(Method):
 
     def _heads_loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:
         joint = self.cfg.backbone == "joint"
-        outputs, final = model.all_exits(batch.x, grad_backbone=joint)
+        outputs, final = model(batch.x, mode="all_exits", grad_backbone=joint)
         if joint:
             outputs = [*outputs, final]
         return torch.stack([self.task.loss(out, batch) for out in outputs]).mean()
 
     def _ensemble_loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:
-        outputs, _ = model.all_exits(batch.x, grad_backbone=False, grad_heads=False)
+        outputs, _ = model(batch.x, mode="all_exits", grad_backbone=False, grad_heads=False)
         return torch.stack([self.task.loss(out, batch) for out in outputs]).mean()
 
     @staticmethod

@@ -150,7 +150,11 @@ class EarlyExitEncoder(nn.Module):
         return outputs, final
 
     # --- evaluation: real early exit ------------------------------------------------------------------
-    def forward(self, inputs: Tensor) -> Tensor:
+    def forward(self, inputs: Tensor, mode: str | None = None, **kwargs) -> Tensor:
+        """The real early-exit path (evaluation); ``mode="all_exits"`` returns :meth:`all_exits` (training
+        losses call it through ``forward`` so that data-parallel training syncs their gradients)."""
+        if mode == "all_exits":
+            return self.all_exits(inputs, **kwargs)
         if self.training:
             return self.all_exits(inputs)[1]
         x, mask = self.encoder.embed(inputs)

@@ -52,6 +52,8 @@ class ImageNetConfig:
     eval_batch: int = param(500, min=1, help="evaluation batch size")
     eval_samples: int = param(0, min=0, help="evaluate on the first N images of the eval split (0 = all)")
     workers: int = param(0, min=0, help="hf: image decoding threads (0 = up to 8, by CPU count)")
+    streaming: bool = param(False, help="hf: read the evaluation split as a streamed HuggingFace IterableDataset "
+                                        "(parquet files or a hub dataset; one batch in memory at a time)")
 
 
 SPEC = register_task(TaskSpec(

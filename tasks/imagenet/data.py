@@ -303,6 +303,58 @@ class HFImages:
         return [_as_pil(img) for img in rows[self.image_key]]
 
 
+class HFImageStream:
+    """One split read as a streamed HuggingFace ``IterableDataset`` (``imagenet.streaming=true``): rows are
+    decoded as they are iterated and never collected into a table, so evaluating ImageNet-val holds one
+    batch of images at a time.  Sources: parquet files under ``data_dir`` (named by split, as for the
+    map-style reader) or a hub dataset in the local cache.  Training keeps the map-style reader
+    (:class:`HFImages`, memory-mapped Arrow): its (seed, step) order needs random access."""
+
+    def __init__(self, *, data_dir: str, hf_name: str, split: str, image_key: str, label_key: str):
+        datasets = _offline_datasets()
+        self.image_key, self.label_key = image_key, label_key
+        if data_dir:
+            want = SPLIT_ALIASES.get(split.lower(), split)
+            files = [f for f in _parquet_files(data_dir) if (_split_of(f) or "?") in (want, split)]
+            if not files:
+                raise UserError(f"imagenet.streaming=true: no parquet files for split '{split}' under "
+                                f"imagenet.data_dir={data_dir} (streaming reads parquet files or a hub dataset); "
+                                "name them <split>-*.parquet or set imagenet.streaming=false")
+            self.ds = datasets.load_dataset("parquet", data_files={"data": files}, split="data", streaming=True)
+            self.source = f"hf parquet stream: {data_dir}"
+        elif hf_name:
+            try:
+                self.ds = datasets.load_dataset(hf_name, split=split, streaming=True)
+            except Exception as err:  # offline hub: several exception types
+                raise UserError(f"imagenet.hf_name={hf_name}: cannot stream split '{split}' from the local "
+                                f"HuggingFace cache ({type(err).__name__}); use imagenet.data_dir=/path/to/parquet") from None
+            self.source = f"hf hub stream: {hf_name}"
+        else:
+            raise UserError("imagenet.source=hf needs imagenet.data_dir=/path/to/parquet or imagenet.hf_name")
+
+    def num_classes(self) -> int | None:
+        features = getattr(self.ds, "features", None) or {}
+        return getattr(features.get(self.label_key), "num_classes", None)
+
+    def batches(self, size: int, limit: int = 0):
+        """(PIL images, labels) of consecutive rows, ``size`` at a time, the first ``limit`` rows (0 = all)."""
+        images, labels, seen = [], [], 0
+        for row in self.ds:
+            if limit and seen >= limit:
+                break
+            if self.image_key not in row or self.label_key not in row:
+                raise UserError(f"{self.source}: rows have no '{self.image_key}'/'{self.label_key}' column "
+                                f"(columns: {', '.join(row)}); set imagenet.image_key/imagenet.label_key")
+            images.append(_as_pil(row[self.image_key]))
+            labels.append(int(row[self.label_key]))
+            seen += 1
+            if len(images) == size:
+                yield images, labels
+                images, labels = [], []
+        if images:
+            yield images, labels
+
+
 def _pick_split(splits: dict[str, Any], split: str, where: str):
     want = SPLIT_ALIASES.get(split.lower(), split)
     for name, ds in splits.items():

@@ -31,7 +31,7 @@ class ImageNetTask(Task):
     name = "imagenet"
     metric = "top1"
     higher_is_better = True
-    not_base_keys = ("method_steps", "eval_batch", "eval_samples", "eval_split", "workers")
+    not_base_keys = ("method_steps", "eval_batch", "eval_samples", "eval_split", "workers", "streaming")
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
@@ -47,6 +47,11 @@ class ImageNetTask(Task):
             self._test_x = D.fashion_normalise(images[:n], self.image_size)
             self._test_y = torch.as_tensor(labels[:n])
             self._classes = int(cfg.num_classes) or 10
+        elif bool(cfg.streaming):
+            self._eval = D.HFImageStream(data_dir=str(cfg.data_dir), hf_name=str(cfg.hf_name),
+                                         split=str(cfg.eval_split), image_key=str(cfg.image_key),
+                                         label_key=str(cfg.label_key))
+            self._classes = int(cfg.num_classes) or self._eval.num_classes() or 1000
         else:
             self._eval = self._open(str(cfg.eval_split))
             feature_classes = self._eval.num_classes()
@@ -78,6 +83,9 @@ class ImageNetTask(Task):
             used = f", eval first {len(self._test_y)}" if len(self._test_y) < n_test else ""
             return f"fashion-mnist ({where}, {n_train}/{n_test}{used})"
         name = "imagenet-1k" if self._classes == 1000 else f"image-classification-{self._classes}"
+        if isinstance(self._eval, D.HFImageStream):
+            limit = int(self.cfg.eval_samples)
+            return f"{name} ({self._eval.source}, {self.cfg.eval_split} streamed{f', first {limit}' if limit else ''})"
         n_eval = len(self._eval)
         used = f" (first {self._eval_count(n_eval)})" if self._eval_count(n_eval) < n_eval else ""
         return f"{name} ({self._eval.source}, {self.cfg.eval_split} {n_eval}{used})"
@@ -110,10 +118,18 @@ class ImageNetTask(Task):
         return Batch(D.fashion_normalise(x, self.image_size), torch.as_tensor(labels[idx]),
                      {"index": torch.as_tensor(idx)})
 
-    def _hf_train(self, step: int, batch_size: int) -> Batch:
+    def train_shard(self, step: int, batch_size: int, rank: int, world: int) -> Batch:
+        """hf: decode only this rank's rows (each image's augmentation has its own seed, drawn for the whole
+        global batch, so a shard holds exactly the rows of the single-process batch)."""
+        if self.source == "fashion-mnist" or world == 1:
+            return super().train_shard(step, batch_size, rank, world)
+        return self._hf_train(step, batch_size, rows=slice(rank * batch_size // world, (rank + 1) * batch_size // world))
+
+    def _hf_train(self, step: int, batch_size: int, rows: slice = slice(None)) -> Batch:
         idx = D.train_indices(step, batch_size, len(self._train), self.run.seed)
         rng = D.augment_rng(self.run.seed, step)
         seeds = rng.integers(0, 2**63 - 1, size=len(idx))  # one generator per image: thread-order free
+        idx, seeds = idx[rows], seeds[rows]
         images = self._train.images(idx)
         jobs = list(zip(images, seeds))
         x = D.preprocess(jobs, lambda job: D.train_transform(job[0], self.image_size,
@@ -135,6 +151,13 @@ class ImageNetTask(Task):
                 yield Batch(self._test_x[sl], self._test_y[sl],
                             {"index": torch.arange(start, start + len(self._test_y[sl]))})
             return
+        if isinstance(self._eval, D.HFImageStream):  # streamed: one batch of decoded images at a time
+            start = 0
+            for images, labels in self._eval.batches(size, int(self.cfg.eval_samples)):
+                x = D.preprocess(images, lambda img: D.eval_transform(img, self.image_size), self.workers)
+                yield Batch(x, torch.as_tensor(labels), {"index": torch.arange(start, start + len(labels))})
+                start += len(labels)
+            return
         total = self._eval_count(len(self._eval))
         for start in range(0, total, size):
             yield self._hf_eval(start, min(total, start + size))
@@ -151,6 +174,9 @@ class ImageNetTask(Task):
     def _example_pool(self, n: int) -> Tensor:
         if self.source == "fashion-mnist":
             return self._test_x[:n]
+        if isinstance(self._eval, D.HFImageStream):
+            images, _ = next(iter(self._eval.batches(n, int(self.cfg.eval_samples))))
+            return D.preprocess(images, lambda img: D.eval_transform(img, self.image_size), self.workers)
         return self._hf_eval(0, min(n, self._eval_count(len(self._eval)))).x
 
     # --- model ------------------------------------------------------------------------------------
