@@ -177,8 +177,9 @@ def test_evaluation_holds_one_batch_at_a_time(tmp_path):
 
 # --- numerics kept: trainer digests and counted MACs ------------------------------------------------------
 @pytest.mark.parametrize("method,task,extra,expected", [
-    # digests from the trainer before issue 16 (bbf917a: 97fe…) and with SDPA attention (df2e…, 2fcc…)
-    ("act", "parity", ("parity.variant=vector",), "97fe2e4443a55603"),
+    # digests from the trainer before the protocol and DDP changes (e97de12: 2047…; the RNN has no attention)
+    # and from the trainer before DDP, with SDPA attention (df2e…, 2fcc…)
+    ("act", "parity", ("parity.variant=vector",), "20478196e97c6ae6"),
     ("dense", "imagenet", (), "df2eadda14dec3d5"),
     ("early_exit", "imagenet", (), "2fccb06a512029b1"),
 ])
