@@ -5,6 +5,7 @@ verdict follows its CI (and is downgraded when seeds disagree)."""
 from __future__ import annotations
 
 import dataclasses
+import zlib
 
 import numpy as np
 import pandas as pd
@@ -62,8 +63,9 @@ def test_hull_draws_match_quality_at_budget():
 
 
 def _write(results_dir, method, knob, frac, accuracy, seed, n=2000, kind="train"):
-    rng = np.random.default_rng(hash((method, knob, seed)) % 2**32)
-    score = (rng.random(n) < accuracy).astype(float)
+    rng = np.random.default_rng(zlib.crc32(f"{method}/{knob}/{seed}".encode()))  # stable across processes
+    score = (np.arange(n) < round(accuracy * n)).astype(float)  # exactly the intended accuracy ...
+    rng.shuffle(score)  # ... on examples drawn at random
     row = dataclasses.replace(_row(method, kind, knob, frac, float(score.mean()), seed=seed), n_eval=n)
     samples = pd.DataFrame({"target": 0, "prediction": 0, "score": score, "macs": frac, "index": np.arange(n)})
     results.append(results_dir, row, f"{method}-{knob}-s{seed}", samples)
