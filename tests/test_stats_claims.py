@@ -101,3 +101,24 @@ def test_claim_verdicts_follow_the_ci_and_the_seeds(tmp_path):
     # the seed mean of "split" is below dense, but seed 0 is far above: seeds disagree -> inconclusive
     assert judge(Beats(Select("split"), dense, b_is_point=True)) == "inconclusive"
     assert judge(Beats(Select("good"), Select("bad"), budgets=(0.2,))) == "inconclusive"  # not measured there
+
+
+@pytest.mark.parametrize("task,metric,columns", [("iwslt", "bleu", ["bleu_stats"]),
+                                                 ("commonvoice", "wer", ["word_edits", "ref_words"])])
+def test_per_sample_files_hold_the_bootstrap_statistics(tmp_path, task, metric, columns):
+    """A real (tiny) run writes each example's sufficient statistics (BLEU n-gram counts, WER edit counts);
+    they equal what the report would recompute from the stored texts, and sum to the row's metric."""
+    from bench import runner, stats
+    from tests.helpers import compose_tiny
+
+    cfg = compose_tiny("dense", task, tmp_path, "timing=false")
+    runner.run(cfg, "dense", task, "test")
+    row = results.load(tmp_path / "results").iloc[0]
+    samples = pd.read_csv(stats.samples_path(row.to_dict(), tmp_path / "results"), keep_default_na=False,
+                          na_values=[""])
+    assert set(columns) <= set(samples.columns)
+    stored = stats.example_statistics(metric, samples)
+    from_texts = stats.example_statistics(metric, samples.drop(columns=columns))
+    np.testing.assert_array_equal(stored, from_texts)
+    value = float(stats.metric_from_sums(metric, stored.sum(axis=0), len(stored)))
+    assert value == pytest.approx(float(row["quality"]), rel=1e-9, abs=1e-12)

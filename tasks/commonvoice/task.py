@@ -316,8 +316,10 @@ class CommonVoiceTask(Task):
 
     def score(self, predictions: Tensor, targets: Tensor) -> Quality:
         rates = T.error_rates(T.rows_to_text(targets), T.rows_to_text(predictions))
+        # per-utterance edit counts: the sufficient statistics of corpus WER/CER (bench/stats.py bootstrap)
+        columns = {"cer": np.asarray(rates["per_cer"]), **{k: np.asarray(v) for k, v in rates["counts"].items()}}
         return Quality(float(rates["wer"]), torch.tensor(rates["per_wer"], dtype=torch.float64),
-                       extra={"cer": float(rates["cer"])}, columns={"cer": np.asarray(rates["per_cer"])})
+                       extra={"cer": float(rates["cer"])}, columns=columns)
 
     def sample_table(self, predictions: Tensor, targets: Tensor) -> dict[str, Any]:
         return {"target": T.rows_to_text(targets), "prediction": T.rows_to_text(predictions)}

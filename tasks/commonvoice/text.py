@@ -72,21 +72,25 @@ def greedy_ctc(logits: Tensor) -> Tensor:
 
 
 def error_rates(references: list[str], hypotheses: list[str]) -> dict[str, object]:
-    """Corpus WER/CER (jiwer) and per-utterance WER/CER of normalised texts."""
+    """Corpus WER/CER (jiwer) and per-utterance WER/CER of normalised texts, with each utterance's edit
+    counts and reference lengths (``counts``: what a bootstrap over utterances resamples)."""
     import jiwer
 
     refs = [normalize(r) for r in references]
     hyps = [normalize(h) for h in hypotheses]
     per_wer, per_cer, word_edits, words, char_edits, chars = [], [], 0, 0, 0, 0
+    counts: dict[str, list[int]] = {"word_edits": [], "ref_words": [], "char_edits": [], "ref_chars": []}
     for ref, hyp in zip(refs, hyps):
         w_edits, w_len = _edits(ref.split(), hyp.split(), jiwer.process_words)
         c_edits, c_len = _edits(list(ref), list(hyp), jiwer.process_characters)
+        for key, value in zip(counts, (w_edits, w_len, c_edits, c_len)):
+            counts[key].append(value)
         per_wer.append(w_edits / w_len if w_len else float(bool(hyp)))
         per_cer.append(c_edits / c_len if c_len else float(bool(hyp)))
         word_edits, words, char_edits, chars = word_edits + w_edits, words + w_len, char_edits + c_edits, \
             chars + c_len
     return {"wer": word_edits / max(words, 1), "cer": char_edits / max(chars, 1), "per_wer": per_wer,
-            "per_cer": per_cer, "references": refs, "hypotheses": hyps}
+            "per_cer": per_cer, "references": refs, "hypotheses": hyps, "counts": counts}
 
 
 def _edits(ref: list[str], hyp: list[str], process) -> tuple[int, int]:

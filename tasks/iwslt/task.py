@@ -315,7 +315,10 @@ class TranslationTask(Task):
         self._signature = str(bleu.get_signature())
         sentence = BLEU(effective_order=True)
         per = torch.tensor([sentence.sentence_score(h, [r]).score for h, r in zip(hyps, refs)], dtype=torch.float64)
-        return Quality(float(value), per)
+        # each sentence's n-gram matches/totals and lengths: the sufficient statistics of corpus BLEU, which
+        # a bootstrap over sentences resamples (bench/stats.py); sacreBLEU's own extraction
+        stats = bleu._extract_corpus_statistics(hyps, [refs])
+        return Quality(float(value), per, columns={"bleu_stats": [" ".join(str(int(v)) for v in s) for s in stats]})
 
     def sample_table(self, predictions: Tensor, targets: Tensor) -> dict[str, Any]:
         return {"target": [self._eval_pairs.tgt[int(i)] for i in targets], "prediction": self.detokenize(predictions),
