@@ -19,8 +19,23 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
+
 PANEL = ["task", "arch", "dtype", "threads", "cuda_graph"]
 KEY = PANEL + ["method", "fraction"]
+
+
+def round_ci(rounds: str) -> tuple[float, float]:
+    """95% bootstrap interval (``scipy.stats.bootstrap``, fixed random state) of the median of a point's
+    per-round time ratios ("r1;r2;..."); NaN with fewer than two rounds."""
+    from scipy.stats import bootstrap
+
+    values = np.array([float(v) for v in str(rounds).split(";") if v not in ("", "nan")])
+    if len(values) < 2 or np.ptp(values) == 0:
+        return (float(np.median(values)),) * 2 if len(values) else (math.nan, math.nan)
+    res = bootstrap((values,), np.median, confidence_level=0.95, n_resamples=2000, method="percentile",
+                    random_state=np.random.default_rng(20261124))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def latest(rows):
@@ -88,8 +103,11 @@ def plot(rows, device: str, batch: int, fit: dict | None, path: Path) -> Path:
             if sub.empty:
                 continue
             half = sub.iloc[(sub["fraction"] - 0.5).abs().argsort().iloc[0]]
-            ax.plot(sub["macs_ratio"], sub["time_ratio"], marker="o", color=colours(i),
-                    label=f"{method} (efficiency {half['speed_efficiency']:.2f} at f={half['fraction']:g})")
+            ci = np.array([round_ci(text) for text in sub["time_ratio_rounds"]])
+            ax.errorbar(sub["macs_ratio"], sub["time_ratio"], yerr=[sub["time_ratio"] - ci[:, 0],
+                                                                    ci[:, 1] - sub["time_ratio"]],
+                        marker="o", color=colours(i), capsize=2, elinewidth=0.8,
+                        label=f"{method} (efficiency {half['speed_efficiency']:.2f} at f={half['fraction']:g})")
         ax.scatter([1.0], [1.0], color="black", zorder=3, s=20, label="dense")
         load = panel["loadavg_1m_mean"].astype(float)
         ax.set_title(f"{_panel_title(key)}\nload average {load.min():.1f}-{load.max():.1f} during timings",
@@ -101,7 +119,8 @@ def plot(rows, device: str, batch: int, fit: dict | None, path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
     first = rows.iloc[0]
-    fig.suptitle(f"bench speed: wall-clock time vs MACs, {first['device_name']}, batch {batch}", fontsize=10)
+    fig.suptitle(f"bench speed: wall-clock time vs MACs, {first['device_name']}, batch {batch}; bars: 95% "
+                 "bootstrap CI of the median over timing rounds", fontsize=10)
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)

@@ -730,6 +730,11 @@ def plot_kernel_rows(rows_df, path: Path | str) -> Path:
             ax.scatter(sub["executed_fraction"], sub["rel_to_dense"], s=28, zorder=3, marker="D" if graphed else "o",
                        facecolors="none" if hollow else colour, edgecolors=colour,
                        label=f"{label}: a={fit['intercept']:.3f}, b={fit['slope']:.2f}, R²={fit['r2']:.3f}")
+            dense_ms = main.loc[main["variant"] == DENSE, "median_ms"]
+            if len(dense_ms) and "iqr_ms" in sub:  # the spread of the timings: half the IQR either side
+                half = sub["iqr_ms"].astype(float) / 2 / float(dense_ms.iloc[0])
+                ax.errorbar(sub["executed_fraction"], sub["rel_to_dense"], yerr=half, fmt="none", ecolor=colour,
+                            elinewidth=0.8, capsize=2, zorder=2)
             if np.isfinite(fit["slope"]):
                 ax.plot(grid, fit["intercept"] + fit["slope"] * grid, color=colour, lw=1,
                         ls=(0, (1, 2)) if hollow else ("-." if graphed else "--"))
@@ -737,7 +742,8 @@ def plot_kernel_rows(rows_df, path: Path | str) -> Path:
     ax.set_ylabel("wall time relative to dense MLP (eager)")
     ax.set_xlim(-0.02, 1.02)
     ax.set_ylim(bottom=0)
-    ax.set_title(f"batch {main_batch} ({main_batch * int(first['tokens'])} tokens)", fontsize=10)
+    ax.set_title(f"batch {main_batch} ({main_batch * int(first['tokens'])} tokens); bars: interquartile range "
+                 "of the timings", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
 
@@ -755,6 +761,10 @@ def plot_kernel_rows(rows_df, path: Path | str) -> Path:
             fit = fit_line(b["executed_fraction"], b["rel_to_dense"])
             dense_ms = frame[(frame["batch"] == batch) & (frame["variant"] == DENSE)]["median_ms"]
             dense_txt = f", dense {dense_ms.iloc[0]:.3g} ms" if len(dense_ms) else ""
+            if len(dense_ms) and "iqr_ms" in b:  # half the interquartile range of the timings either side
+                bx.errorbar(b["executed_fraction"], b["rel_to_dense"], fmt="none", elinewidth=0.8, capsize=2,
+                            yerr=b["iqr_ms"].astype(float) / 2 / float(dense_ms.iloc[0]),
+                            ecolor=cmap(i / max(1, len(batches) - 1)))
             bx.plot(b["executed_fraction"], b["rel_to_dense"], marker="o", ms=4,
                     color=cmap(i / max(1, len(batches) - 1)),
                     label=f"batch {batch}: a={fit['intercept']:.3f}, b={fit['slope']:.2f}{dense_txt}")

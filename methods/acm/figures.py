@@ -18,6 +18,7 @@ import pandas as pd
 
 from bench import results
 from bench.figures import save_figure, token_map_figure
+from bench.stats import mean_interval
 
 
 def _acm_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -74,7 +75,8 @@ def figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, stem: str)
     if series:
         fig, ax = plt.subplots(figsize=(7, 3.4))
         for label, values in series.items():
-            ax.hist(values, bins=40, alpha=0.55, label=f"{label}: mean {values.mean():.1f}%")
+            low, high = mean_interval(values)  # 95% t-interval of the mean over test samples
+            ax.hist(values, bins=40, alpha=0.55, label=f"{label}: mean {values.mean():.1f}% [{low:.1f}, {high:.1f}]")
         ax.set_xlabel("per-sample cost (% of dense MACs, gates included)")
         ax.set_ylabel("samples")
         ax.set_title(f"ACM per-sample cost — {acm['dataset'].iloc[0]}\n(per-sample rows in {results_dir})", fontsize=8)

@@ -143,10 +143,12 @@ def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path
                 for rec in part.itertuples(index=False):
                     if rec.position <= positions:
                         grid[int(rec.exit) - 1, int(rec.position) - 1] += rec.size
+                fewest = int(grid.sum(axis=0).min())  # the smallest sample behind a column's shares
                 grid = grid / np.maximum(grid.sum(axis=0, keepdims=True), 1)
                 im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=1,
                                extent=(0.5, positions + 0.5, 0.5, blocks + 0.5))
-                ax.set(title=f"τ = {value}" + (f" ({oracle} oracle)" if several and oracle else ""),
+                ax.set(title=f"τ = {value}" + (f" ({oracle} oracle)" if several and oracle else "")
+                       + f"\n(≥ {fewest} tokens per position)",
                        xlabel="output token position", ylabel="exit block", yticks=range(1, blocks + 1))
             for ax in list(axes.flat)[len(panels):]:
                 ax.axis("off")
