@@ -104,8 +104,9 @@ def plot(rows, device: str, batch: int, fit: dict | None, path: Path) -> Path:
                 continue
             half = sub.iloc[(sub["fraction"] - 0.5).abs().argsort().iloc[0]]
             ci = np.array([round_ci(text) for text in sub["time_ratio_rounds"]])
-            ax.errorbar(sub["macs_ratio"], sub["time_ratio"], yerr=[sub["time_ratio"] - ci[:, 0],
-                                                                    ci[:, 1] - sub["time_ratio"]],
+            # the rounds are stored rounded (4 decimals): clip the rounding out of the bars
+            ax.errorbar(sub["macs_ratio"], sub["time_ratio"], yerr=[(sub["time_ratio"] - ci[:, 0]).clip(lower=0),
+                                                                    (ci[:, 1] - sub["time_ratio"]).clip(lower=0)],
                         marker="o", color=colours(i), capsize=2, elinewidth=0.8,
                         label=f"{method} (efficiency {half['speed_efficiency']:.2f} at f={half['fraction']:g})")
         ax.scatter([1.0], [1.0], color="black", zorder=3, s=20, label="dense")

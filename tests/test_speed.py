@@ -12,7 +12,7 @@ import torch
 
 from bench import cli, cost, report_speed, speed
 
-FORCED = ["acm", "moefication", "avit", "early_exit", "cct"]
+FORCED = ["acm", "moefication", "avit", "early_exit", "cct", "adatape"]
 TINY = ["task=imagenet", "arch=tiny", "batch=2", "rounds=1", "min_run_s=0.01"]
 
 
@@ -38,6 +38,8 @@ def _decisions_taken(name, model):
         return model.last.steps.long()
     if name == "early_exit":
         return model.last_exit
+    if name == "adatape":
+        return model.last.length
     return [(b.last.kv, b.last.q, b.last.ffn) for b in model.blocks]
 
 

@@ -49,14 +49,16 @@ def k_per_step(max_tape: int, tau: float) -> int:
 
 
 def atr(query: Tensor, keys: Tensor, values: Tensor, norm, *, max_tape: int, tau: float, k: int, key_dim: int,
-        complex_query: bool = True, used: Tensor | None = None, cap: int | None = None) -> ATRResult:
+        complex_query: bool = True, used: Tensor | None = None, cap: int | None = None,
+        force: Tensor | None = None) -> ATRResult:
     """Adaptive Tape Reading for a batch.
 
     ``query`` [B, d]: the un-normalised query (noise, if any, already added).  ``keys``: [B, C, h] or
     [C, h], the bank after the shared LayerNorm ``norm``, first h = ``key_dim`` dims.  ``values``:
     [B, C, d] or [C, d], the raw bank.  ``used`` [B, C] bool: entries masked from the start (random bank
     dropout in training).  ``cap``: stop every sample after ``cap`` steps (evaluation-time harness
-    extension; otherwise the same rule).
+    extension; otherwise the same rule).  ``force`` [B] long in 1..T: each sample reads exactly that many
+    tokens, the halting rule replaced (``bench speed``'s forced decisions; the reading itself is unchanged).
     """
     b, d = query.shape
     shared = keys.dim() == 2
@@ -91,7 +93,7 @@ def atr(query: Tensor, keys: Tensor, values: Tensor, norm, *, max_tape: int, tau
         token = torch.bmm(w.unsqueeze(1), picked).squeeze(1)  # [r, d]
         wmax = w.max(dim=-1).values
         acc_rows = acc.index_select(0, rows)
-        stop = acc_rows + wmax >= tau
+        stop = acc_rows + wmax >= tau if force is None else force.index_select(0, rows) <= step + 1
         if step == steps - 1:
             stop = torch.ones_like(stop)
         go = ~stop

@@ -127,6 +127,7 @@ class AdaTapeModel(nn.Module):
         self.bank_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)  # shared by query and bank
         self.real_path = False
         self.cap: int | None = None  # evaluation-time cap on T (harness extension)
+        self.force_length: Tensor | None = None  # [B] tape lengths that replace halting (bench speed)
         self.last: ATRResult | None = None
         self.last_inputs = 0  # n_in of the last forward
 
@@ -148,7 +149,8 @@ class AdaTapeModel(nn.Module):
                 used = torch.rand(query.shape[0], values.shape[0], device=x.device) < s.bank_drop
         result = atr(query, keys, values, self.bank_norm, max_tape=s.max_tape, tau=s.tau, k=s.k,
                      key_dim=s.key_dim, complex_query=s.complex_query, used=used,
-                     cap=None if self.training else self.cap)
+                     cap=None if self.training else self.cap,
+                     force=None if self.training else self.force_length)
         return x, result
 
     def forward(self, inputs: Tensor) -> Tensor:

@@ -31,4 +31,5 @@ def build(arch: SpeedArch) -> SpeedBackbone:
     def example(batch: int, generator) -> torch.Tensor:
         return torch.randn(batch, cfg.channels, cfg.image_size, cfg.image_size, generator=generator)
 
-    return SpeedBackbone(model, example, tokens=cfg.n_patches + 1, capabilities=("encoder",), classes=cfg.classes)
+    return SpeedBackbone(model, example, tokens=cfg.n_patches + 1, capabilities=("encoder", "image-patches"),
+                         classes=cfg.classes)
