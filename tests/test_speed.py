@@ -12,7 +12,7 @@ import torch
 
 from bench import cli, cost, report_speed, speed
 
-FORCED = ["acm", "moefication", "avit", "early_exit", "cct", "adatape"]
+FORCED = ["acm", "moefication", "avit", "early_exit", "cct", "adatape", "act"]
 TINY = ["task=imagenet", "arch=tiny", "batch=2", "rounds=1", "min_run_s=0.01"]
 
 
@@ -40,6 +40,8 @@ def _decisions_taken(name, model):
         return model.last_exit
     if name == "adatape":
         return model.last.length
+    if name == "act":
+        return model.last.steps.long()
     return [(b.last.kv, b.last.q, b.last.ffn) for b in model.blocks]
 
 

@@ -150,6 +150,8 @@ class ACTEncoder(nn.Module):
         self.head = head
         self.real_path = False
         self.last: Halting | None = None  # per token: [B, T]
+        # [B, T] ponder steps that replace the halting rule on the real path (bench speed's forced decisions)
+        self.force_steps: Tensor | None = None
 
     def forward(self, inputs: Tensor) -> Tensor:
         x, mask = self.embed(inputs)
@@ -207,6 +209,10 @@ class ACTEncoder(nn.Module):
             running = torch.ones_like(h, dtype=torch.bool)
             hs = halt_sum.index_select(0, run_idx)
             p, halting_now, new_sum = _halting_step(h, hs, running, n == self.max_steps - 1, self.epsilon)
+            if self.force_steps is not None:  # forced: halt exactly at the given step (weights as at a halt)
+                halting_now = self.force_steps.reshape(-1).index_select(0, run_idx) <= n + 1
+                p = torch.where(halting_now, 1.0 - hs, h)
+                new_sum = torch.where(halting_now, hs, hs + h)
             flat_acc.index_add_(0, run_idx, p.unsqueeze(-1) * cur)
             steps.index_add_(0, run_idx, torch.ones_like(h))
             remainder.index_copy_(0, run_idx, torch.where(halting_now, 1.0 - hs, remainder.index_select(0, run_idx)))
