@@ -16,8 +16,8 @@ FORCED = ["acm", "moefication", "avit", "early_exit", "cct", "adatape", "act"]
 TINY = ["task=imagenet", "arch=tiny", "batch=2", "rounds=1", "min_run_s=0.01"]
 
 
-def _forcer(name, task="imagenet"):
-    _, module, arch, specs = speed.resolve(speed.parse([f"method={name}", f"task={task}", "arch=tiny"]))
+def _forcer(name, task="imagenet", arch="tiny"):
+    _, module, arch, specs = speed.resolve(speed.parse([f"method={name}", f"task={task}", f"arch={arch}"]))
     (_, cls, config), = specs
     torch.manual_seed(0)
     backbone = module.build(arch)
@@ -70,11 +70,14 @@ def test_forced_decisions_are_executed_and_counted(name, fraction):
     assert 0.0 < forcer.executed_fraction(model, decisions) <= 1.0
 
 
-@pytest.mark.parametrize("task, name", [("iwslt", "acm"), ("iwslt", "moefication"), ("commonvoice", "acm"),
-                                        ("commonvoice", "moefication"), ("commonvoice", "avit")])
-def test_other_task_backbones_count_the_forced_decisions(task, name):
-    """Translation (teacher-forced encoder-decoder: the model's cost ledger) and CTC speech (per-token head)."""
-    forcer, model, backbone = _forcer(name, task)
+@pytest.mark.parametrize("task, name, arch", [("iwslt", "acm", "tiny"), ("iwslt", "moefication", "tiny"),
+                                              ("iwslt", "acm", "tiny-narrow"), ("iwslt", "moefication", "tiny-narrow"),
+                                              ("commonvoice", "acm", "tiny"), ("commonvoice", "moefication", "tiny"),
+                                              ("commonvoice", "avit", "tiny")])
+def test_other_task_backbones_count_the_forced_decisions(task, name, arch):
+    """Translation (teacher-forced encoder-decoder: the model's cost ledger; also with a decoder narrower
+    than the encoder, as the DAT paper's IWSLT model) and CTC speech (per-token head)."""
+    forcer, model, backbone = _forcer(name, task, arch)
     gen = torch.Generator().manual_seed(3)
     x = backbone.example(2, gen)
     decisions = forcer.draw(model, 0.5, 2, backbone, gen)
@@ -87,13 +90,12 @@ def test_other_task_backbones_count_the_forced_decisions(task, name):
     assert counter.report.uncounted == []
 
 
-def test_separate_decoder_width_is_refused_in_one_line():
-    from bench.errors import UserError
+def test_the_dat_paper_model_has_a_narrower_decoder():
     from tasks.iwslt import speed as iwslt_speed
 
-    arch = speed.SpeedArch("dat", speed.Stack(32, 1, 2, 64), speed.Stack(16, 1, 2, 64), length=4)
-    with pytest.raises(UserError, match="separate encoder \\(32\\) and decoder \\(16\\) widths"):
-        iwslt_speed.build(arch)
+    backbone = iwslt_speed.build(iwslt_speed.ARCHS["tiny-narrow"])
+    assert backbone.model.cfg.d_model == 32 and backbone.model.decoder.blocks[0].attn.q.out_features == 16
+    assert iwslt_speed.ARCHS["dat"].decoder.d_model == 256 and iwslt_speed.ARCHS["dat"].encoder.d_model == 512
 
 
 def test_counts_mean_and_floor():
