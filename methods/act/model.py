@@ -192,12 +192,20 @@ class ACTEncoder(nn.Module):
         run_idx = torch.arange(b * t, device=x.device)  # flat (sample, token) indices still running
         for n in range(self.max_steps):
             cur = flat_state.index_select(0, run_idx)
-            q = attn.q(blk.norm1(cur)).view(-1, heads, 1, dh)
-            sample = torch.div(run_idx, t, rounding_mode="floor")
-            k_rows = keys.view(b, t, d).index_select(0, sample).view(-1, t, heads, dh).transpose(1, 2)
-            v_rows = values.view(b, t, d).index_select(0, sample).view(-1, t, heads, dh).transpose(1, 2)
-            scores = torch.matmul(q, k_rows.transpose(-2, -1)) / math.sqrt(dh)
-            mixed = torch.matmul(torch.softmax(scores, dim=-1), v_rows).reshape(-1, d)
+            q = attn.q(blk.norm1(cur)).view(-1, heads, dh)
+            # one attention per sample over its own keys/values (run_idx stays sorted, so a sample's running
+            # tokens are contiguous); no per-token copy of the keys and values
+            per_sample = torch.bincount(torch.div(run_idx, t, rounding_mode="floor"), minlength=b).tolist()
+            mixed, start = torch.empty_like(cur), 0
+            for s, count in enumerate(per_sample):
+                if not count:
+                    continue
+                q_s = q[start:start + count].transpose(0, 1)  # [heads, n, dh]
+                k_s = keys.view(b, t, heads, dh)[s].permute(1, 2, 0)  # [heads, dh, t]
+                v_s = values.view(b, t, heads, dh)[s].transpose(0, 1)  # [heads, t, dh]
+                weights = torch.softmax(torch.matmul(q_s, k_s) / math.sqrt(dh), dim=-1)
+                mixed[start:start + count] = torch.matmul(weights, v_s).transpose(0, 1).reshape(count, d)
+                start += count
             cur = cur + attn.o(mixed)
             cur = cur + blk.mlp(blk.norm2(cur))
             # All queries of this step are done: publish the updated tokens' states and their K/V.
