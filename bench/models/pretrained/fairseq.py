@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from bench.errors import UserError
-from bench.models.pretrained.seq2seq_maps import DECODER_LAYER, ENCODER_LAYER, map_layers
+from bench.models.pretrained.seq2seq_maps import DECODER_LAYER, ENCODER_LAYER, build_loaded, map_layers
 from bench.models.seq2seq import EncoderDecoder, Seq2SeqConfig
 
 CHECKPOINT_NAMES = ("checkpoint_best.pt", "checkpoint_last.pt", "model.pt")
@@ -195,13 +195,6 @@ def load(directory: str | Path, key: str, src_lang: str, tgt_lang: str) -> tuple
                         f"{len(dicts[0])}/{len(dicts[1])} symbols (fairseq pads dictionaries to a multiple of 8: "
                         "use the dict files the model was trained with)")
     cfg = seq2seq_config(args, src_vocab, tgt_vocab, where)
-    try:
-        mapped = skeleton_state_dict(sd, cfg, bool(_get(args, "encoder_learned_pos", False)))
-    except (KeyError, ValueError) as err:
-        raise UserError(f"{where}: the weights do not fit the architecture ({err})") from None
-    model = EncoderDecoder(cfg)
-    try:
-        model.load_state_dict(mapped, strict=True)
-    except RuntimeError as err:
-        raise UserError(f"{where}: {' '.join(str(err).split())[:200]}") from None
+    learned = bool(_get(args, "encoder_learned_pos", False))
+    model = build_loaded(cfg, lambda: skeleton_state_dict(sd, cfg, learned), where, "the architecture")
     return model, dicts[0], dicts[1]

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from bench.errors import UserError
 from bench.models.pretrained import hf
-from bench.models.pretrained.seq2seq_maps import DECODER_LAYER, ENCODER_LAYER, map_layers
+from bench.models.pretrained.seq2seq_maps import DECODER_LAYER, ENCODER_LAYER, build_loaded, map_layers
 from bench.models.seq2seq import EncoderDecoder, Seq2SeqConfig
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu"}
@@ -113,13 +113,4 @@ def load(directory: str | Path, key: str) -> EncoderDecoder:
     weights = hf.load_weights(directory, key)
     config = hf.read_json(Path(directory) / "config.json", "a MarianConfig (config.json)", key)
     cfg = seq2seq_config(config, where)
-    try:
-        sd = skeleton_state_dict(weights, cfg)
-    except (KeyError, ValueError) as err:
-        raise UserError(f"{where}: the weights do not fit its config.json ({err})") from None
-    model = EncoderDecoder(cfg)
-    try:
-        model.load_state_dict(sd, strict=True)
-    except RuntimeError as err:
-        raise UserError(f"{where}: {' '.join(str(err).split())[:200]}") from None
-    return model
+    return build_loaded(cfg, lambda: skeleton_state_dict(weights, cfg), where, "its config.json")

@@ -23,3 +23,22 @@ def map_layers(sd: dict[str, Tensor], out: dict[str, Tensor], used: set[str], th
                 out[f"{ours}.{i}.{mapped}.{kind}"] = sd[key]
                 used.add(key)
 
+
+
+def build_loaded(cfg, map_weights, where: str, mismatch: str):
+    """The skeleton ``EncoderDecoder`` of ``cfg`` with the mapped weights loaded strictly: a mapping that
+    fails (``KeyError``/``ValueError``: ``mismatch`` names what the weights do not fit) or a state dict
+    that does not fit the model is one ``UserError`` line naming ``where``."""
+    from bench.errors import UserError
+    from bench.models.seq2seq import EncoderDecoder
+
+    try:
+        sd = map_weights()
+    except (KeyError, ValueError) as err:
+        raise UserError(f"{where}: the weights do not fit {mismatch} ({err})") from None
+    model = EncoderDecoder(cfg)
+    try:
+        model.load_state_dict(sd, strict=True)
+    except RuntimeError as err:
+        raise UserError(f"{where}: {' '.join(str(err).split())[:200]}") from None
+    return model
