@@ -15,7 +15,7 @@ import numpy as np
 
 from bench import results, stats
 from bench.claims import Beats, Claim, Increases, Reaches, Select
-from bench.report import (NA, TaskView, _goodness, _num, hull_draws, knob_label, markdown_table, md_escape,
+from bench.report import (NA, TaskView, _goodness, hull_draws, knob_label, markdown_table, md_escape,
                           quality_at_budget, render_html)
 
 HOLDS, FAILS, UNSURE = "holds", "does not hold", "inconclusive"

@@ -228,7 +228,3 @@ def stage_lock(ckpt: Path) -> Iterator[None]:
                 if os.path.samestat(os.lstat(path), held):
                     os.unlink(path)
         lock.release()
-
-
-def task_loss(task: Task) -> Callable[[nn.Module, Batch], torch.Tensor]:
-    return lambda model, batch: task.loss(model(batch.x), batch)

@@ -58,11 +58,9 @@ class ACT(Method):
         return [float(self.cfg.tau)]
 
     def sample_macs(self, model: nn.Module, batch: Batch) -> Tensor:
-        steps = model.last.steps.double()
         if isinstance(model, act_model.ACTRNN):
-            return steps * model.step_macs() + model.fixed_macs()
-        tokens = steps.shape[1]
-        return steps.sum(dim=1) * model.token_step_macs(tokens) + model.fixed_macs(tokens)
+            return model.last.steps.double() * model.step_macs() + model.fixed_macs()
+        return model.sample_macs()
 
     def sample_columns(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
         steps = model.last.steps

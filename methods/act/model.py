@@ -231,6 +231,12 @@ class ACTEncoder(nn.Module):
             run_idx = run_idx[keep]
         return Halting(acc, steps.view(b, t), remainder.view(b, t))
 
+    def sample_macs(self) -> Tensor:
+        """Per-sample MACs of the last forward, from its logged ponder steps per token (float64 [B])."""
+        steps = self.last.steps.double()
+        tokens = steps.shape[1]
+        return steps.sum(dim=1) * self.token_step_macs(tokens) + self.fixed_macs(tokens)
+
     def token_step_macs(self, tokens: int) -> int:
         """MACs of one running token in one step: q/k/v/o, MLP, halting unit, and QKᵀ/AV over all keys."""
         attn = self.block.attn

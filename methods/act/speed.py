@@ -4,7 +4,7 @@ embedding and head kept), with at most L steps, L the dense model's depth, so th
 block applications per token as the dense model.  Each token ponders 1 + Binomial(L − 1, (f·L − 1)/(L − 1))
 steps (mean f·L), the halting rule replaced (``ACTEncoder.force_steps``); the halting unit still runs.
 Real path: at every step only the running tokens are computed.  MACs per sample from the logged steps
-(``ACTEncoder.token_step_macs``/``fixed_macs``); executed fraction = mean steps / L.
+(``ACTEncoder.sample_macs``); executed fraction = mean steps / L.
 """
 
 from __future__ import annotations
@@ -39,9 +39,7 @@ class ACTForcer(Forcer):
         return float(decisions.double().mean()) / model.max_steps
 
     def sample_macs(self, model, inputs):
-        steps = model.last.steps.double()
-        tokens = steps.shape[1]
-        return steps.sum(dim=1) * model.token_step_macs(tokens) + model.fixed_macs(tokens)
+        return model.sample_macs()
 
 
 FORCER = ACTForcer
