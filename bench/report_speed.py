@@ -86,7 +86,7 @@ def plot(rows, device: str, batch: int, fit: dict | None, path: Path) -> Path:
     from bench.figures import save_figure
 
     panels = sorted(rows.groupby(PANEL, dropna=False).groups.items(), key=lambda kv: str(kv[0]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 5.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(10.5 * len(panels), 5.2), squeeze=False)  # legend beside
     grid = np.linspace(0, 1.2, 50)
     colours = plt.get_cmap("tab10")
     methods = sorted(set(rows["method"]) - {"dense"})
@@ -118,10 +118,10 @@ def plot(rows, device: str, batch: int, fit: dict | None, path: Path) -> Path:
         ax.set_xlim(0, 1.2)
         ax.set_ylim(0, max(1.3, float(panel["time_ratio"].max()) * 1.05))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the data
     first = rows.iloc[0]
-    fig.suptitle(f"bench speed: wall-clock time vs MACs, {first['device_name']}, batch {batch}; bars: 95% "
-                 "bootstrap CI of the median over timing rounds", fontsize=10)
+    fig.suptitle(f"bench speed: wall-clock time vs MACs, {first['device_name']}, batch {batch}; random weights and "
+                 "inputs (no dataset)\nbars: 95% bootstrap CI of the median over timing rounds", fontsize=10)
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
@@ -157,7 +157,8 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
     written = []
     md = ["# bench speed: time vs MACs relative to dense (same process, interleaved)", "",
           "Efficiency = (dense time / method time) / (dense MACs / method MACs); 1 = the MACs saving is "
-          "the same saving in time.  Generated from results/speed by bench/report_speed.py.", ""]
+          "the same saving in time.  Models have random weights and are timed on random inputs of the task's "
+          "shape (no dataset).  Generated from results/speed by bench/report_speed.py.", ""]
     for (device, batch), group in rows.groupby(["device", "batch"]):
         path = reports_dir / f"speed_{device}_b{int(batch)}.png"
         written.append(str(plot(group, device, int(batch), kernel_fit(results_dir, device, int(batch)), path)))
