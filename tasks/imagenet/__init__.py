@@ -40,14 +40,15 @@ class ImageNetConfig:
     mlp: int = param(256, min=1, help="arch=small: MLP hidden size")
     pretrained: str = param("", help="path of a ViT state dict (.pth) for the base model: torchvision "
                                      "(vit_b_16 …) or timm/DeiT (deit_small_patch16_224 …) layout, told apart by its keys")
-    train_steps: int = param(4690, min=0, help="optimizer steps of the dense base model "
-                                               "(4690 = 10 epochs of Fashion-MNIST at batch 128)")
+    train_steps: int = param(18760, min=0, help="optimizer steps of the dense base model "
+                                                "(40 epochs of Fashion-MNIST at batch 128; calibrated by the "
+                                                "learning curve in reports/curves.md)")
     method_steps: int = param(2345, min=0, help="TOTAL training steps every method gets on top of the base "
                                                 "model (split among its stages by the method)")
     batch_size: int = param(128, min=1, help="training batch size")
     lr: float = param(1e-3, min=0.0, help="peak learning rate (linear warm-up, cosine decay)")
     weight_decay: float = param(0.05, min=0.0, help="AdamW weight decay (0 = Adam)")
-    warmup: int = param(200, min=0, help="linear warm-up steps")
+    warmup: int = param(500, min=0, help="linear warm-up steps")
     grad_clip: float = param(1.0, min=0.0, help="gradient-norm clipping (0 = off)")
     eval_batch: int = param(500, min=1, help="evaluation batch size")
     eval_samples: int = param(0, min=0, help="evaluate on the first N images of the eval split (0 = all)")
