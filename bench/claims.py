@@ -98,3 +98,19 @@ class Claim:
     dataset: str = ""
     note: str = ""
     owner: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class BaseTarget:
+    """What a task's offline default dense base model must reach, judged by ``bench report`` on the learning
+    curve under ``results/curves`` (bench/report_curves.py): declared as ``BASE_TARGET`` in the task's
+    ``claims`` module.  ``quality``: a threshold in the metric's direction at the default budget (WER ≤ 0.30,
+    BLEU ≥ 10); ``doubling_gain``: doubling the default steps must gain less than this (metric units, the
+    metric's direction applied); ``minutes``: the longest the default base may train (wall clock);
+    ``source``: who set the target."""
+
+    quality: float | None = None
+    doubling_gain: float | None = None
+    minutes: float = 60.0
+    source: str = ""
+

@@ -846,11 +846,12 @@ def main(results_dir: str = "results", reports_dir: str = "reports", echo=print)
     """Write the per-task figures, reports/claims.{md,html}, the speed pages and
     reports/leaderboard.{md,html}; return the paths written.  ``echo`` receives what was read (rows,
     duplicates, per-sample files, claims)."""
-    from bench import report_claims, report_plots, report_speed
+    from bench import report_claims, report_curves, report_plots, report_speed
 
     frame = results.load(results_dir)
     kernel_paths = kernel_report(Path(results_dir), Path(reports_dir))
     kernel_paths += report_speed.write(Path(results_dir), Path(reports_dir))  # bench speed (results/speed)
+    kernel_paths += report_curves.write(Path(results_dir), Path(reports_dir))  # dense learning curves (results/curves)
     if frame.empty:
         if kernel_paths:
             return kernel_paths

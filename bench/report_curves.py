@@ -1,0 +1,380 @@
+"""Learning curves of the dense base models: the evidence behind each task's offline default budget.
+
+``bench report`` reads the rows under ``<results_dir>/curves/`` (dense base models trained with
+different ``<task>.train_steps``, written there by ``bench run ... results_dir=results/curves``) and writes
+``reports/curves.md`` (and ``.html``) and one figure per task, ``reports/curves_<task>.png``.
+
+What the page answers, per task and dataset (rows that differ in anything but ``train_steps`` are
+separate curves):
+
+* quality against base steps: the seed mean with its bootstrap 95% CI over test examples (``bench.stats``,
+  paired: every row of a curve is resampled with the same examples);
+* the gain from doubling the steps (each N whose 2N was run): Δ = quality(2N) − quality(N), the metric's
+  direction applied, with its paired 95% CI;
+* the task's declared :class:`bench.claims.BaseTarget` (``BASE_TARGET`` in ``tasks/<name>/claims.py``):
+  a quality threshold (e.g. WER ≤ 0.30) and/or a doubling gain below which the base counts as trained
+  to saturation, and the training time allowed.  Verdicts use the claims' rule
+  (``bench.report_claims``): **met** when the whole 95% CI is on the target's side, **missed** when it is
+  wholly on the other side, **inconclusive** otherwise.  The training time is the row's own
+  ``train_time_s`` (wall clock, with the row's thread count and load average beside it).
+
+The default budget (the task's ``train_steps`` default in its config dataclass) is marked on each curve.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+
+from bench import results, stats
+from bench.report import markdown_table, md_escape, render_html
+
+MET, MISSED, UNSURE = "met", "missed", "inconclusive"
+CURVES_DIR = "curves"
+
+
+@dataclass
+class Curve:
+    task: str
+    dataset: str
+    metric: str
+    higher_is_better: bool
+    setting: str  # the config keys (beside train_steps) that set this curve apart, "" if it is the only one
+    rows: "object"  # DataFrame: the curve's latest rows
+    default_steps: int | None
+    is_default: bool = True  # every other key at the task's default (the targets apply to this curve only)
+    unc: stats.Uncertainty = field(default_factory=stats.Uncertainty)
+
+    @property
+    def steps(self) -> list[int]:
+        return sorted({int(s) for s in self.rows["steps"]})
+
+    def keys(self, steps: int) -> list[str]:
+        return list(self.rows.loc[self.rows["steps"] == steps, "row_key"])
+
+    def sign(self) -> float:
+        return 1.0 if self.higher_is_better else -1.0
+
+
+def train_steps(budget: str) -> int | None:
+    """The base steps of a dense row's ``train_budget`` ("18760 steps x batch 128 (...)")."""
+    match = re.match(r"\s*(\d+) steps", str(budget))
+    return int(match.group(1)) if match else None
+
+
+def task_defaults(task: str) -> dict[str, str]:
+    """The task's config defaults as a curve setting (``<task>.<key>`` -> str), with the dense base size."""
+    from bench import registry
+
+    try:
+        spec = registry.task_spec(task)
+    except registry.RegistryError:
+        return {}
+    out = {f"{task}.{f.name}": str(f.default) for f in fields(spec.config) if f.name != "train_steps"}
+    return {**out, "dense.width": "1.0", "dense.depth": "1.0",
+            **{k: str(v) for k, v in results.IMPLICIT_DEFAULTS.items()}}
+
+
+def default_train_steps(task: str) -> int | None:
+    from bench import registry
+
+    try:
+        spec = registry.task_spec(task)
+    except registry.RegistryError:
+        return None
+    for f in fields(spec.config):
+        if f.name == "train_steps":
+            return int(f.default)
+    return None
+
+
+def base_target(task: str):
+    """The task's declared ``BASE_TARGET`` (in its claims module), or None."""
+    import importlib
+
+    from bench import registry
+    from bench.report_claims import claims_path
+
+    try:
+        path = claims_path(registry.task_spec(task))
+    except registry.RegistryError:
+        return None
+    if not path:
+        return None
+    module = importlib.import_module(path.partition(":")[0])
+    return getattr(module, "BASE_TARGET", None)
+
+
+def _curve_setting(config: dict, task: str) -> dict[str, str]:
+    """What, beside ``train_steps``, decides a dense base row: the task section, the dense size and the
+    training precision (run-level keys such as threads, paths and timing cannot change quality)."""
+    section = {f"{task}.{k}": str(v) for k, v in (config.get(task) or {}).items() if k != "train_steps"}
+    size = {f"dense.{k}": str(v) for k, v in (config.get("dense") or {}).items()}
+    run = {k: str(config.get(k, d)) for k, d in results.IMPLICIT_DEFAULTS.items()}
+    return {**section, **size, **run}
+
+
+def load_curves(results_dir: Path | str) -> list[Curve]:
+    """The curves under ``<results_dir>/curves``: dense rows grouped by (task, dataset, setting)."""
+    import yaml
+
+    from bench.report import latest_rows
+
+    frame = results.load(Path(results_dir) / CURVES_DIR)
+    if frame.empty:
+        return []
+    frame = frame[frame["method"] == "dense"].copy()
+    frame = latest_rows(frame)
+    frame["steps"] = frame["train_budget"].map(train_steps)
+    frame = frame[frame["steps"].notna()].copy()
+    settings = []
+    for row in frame.to_dict("records"):
+        path = Path(row["row_file"])
+        config_path = path.with_name(path.name[:-len(".csv")] + ".config.yaml")
+        config = yaml.safe_load(config_path.read_text()) if config_path.exists() else {}
+        settings.append(_curve_setting(config or {}, row["task"]))
+    frame["setting_key"] = [results.stable_hash(s) for s in settings]
+    curves = []
+    for (task, dataset), group in frame.groupby(["task", "dataset"], sort=True):
+        keys = sorted(set(group["setting_key"]))
+        by_key = dict(zip(frame["setting_key"], settings))
+        for key in keys:
+            rows = group[group["setting_key"] == key].reset_index(drop=True)
+            setting = ""
+            if len(keys) > 1:  # name the keys that differ between this task's curves
+                others = [by_key[k] for k in keys]
+                differing = sorted(k for k in by_key[key] if len({o.get(k) for o in others}) > 1)
+                setting = ", ".join(f"{k}={by_key[key][k]}" for k in differing)
+            first = rows.iloc[0]
+            defaults = task_defaults(str(task))
+            is_default = bool(defaults) and all(by_key[key].get(k) == v for k, v in defaults.items())
+            curves.append(Curve(task=str(task), dataset=str(dataset), metric=str(first["metric"]),
+                                higher_is_better=bool(first["higher_is_better"]), setting=setting, rows=rows,
+                                default_steps=default_train_steps(str(task)), is_default=is_default))
+    for curve in curves:
+        curve.unc = stats.rows_uncertainty(curve.rows, results_dir)
+    return curves
+
+
+# ---------------------------------------------------------------------------------------------
+# Numbers
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Point:
+    steps: int
+    quality: float
+    low: float
+    high: float
+    seeds: list[int]
+    seed_values: list[float]
+    train_minutes: float
+    threads: str
+    load: str
+
+
+def points(curve: Curve) -> list[Point]:
+    out = []
+    for steps in curve.steps:
+        rows = curve.rows[curve.rows["steps"] == steps].sort_values("seed")
+        low, high = curve.unc.ci(list(rows["row_key"]))
+        threads = sorted({str(t) for t in rows.get("timing_threads", [])} - {"nan", ""})
+        load = rows["timing_load_avg"] if "timing_load_avg" in rows else []
+        loads = [float(v) for v in load if isinstance(v, (int, float)) and math.isfinite(float(v))]
+        out.append(Point(steps=steps, quality=float(rows["quality"].mean()), low=low, high=high,
+                         seeds=[int(s) for s in rows["seed"]], seed_values=[float(q) for q in rows["quality"]],
+                         train_minutes=float(rows["train_time_s"].max()) / 60.0, threads="/".join(threads),
+                         load=f"{min(loads):.1f}–{max(loads):.1f}" if loads else ""))
+    return out
+
+
+@dataclass
+class Doubling:
+    steps: int  # N; the gain is from N to 2N steps
+    gain: float
+    low: float
+    high: float
+    verdict: str  # against the target's doubling gain ("" without one)
+
+
+def doublings(curve: Curve, threshold: float | None) -> list[Doubling]:
+    """Δ = quality(2N) − quality(N) (metric direction applied) for every N whose 2N is on the curve, with
+    the paired bootstrap CI of the difference of seed means."""
+    have = set(curve.steps)
+    out = []
+    for n in curve.steps:
+        if 2 * n not in have:
+            continue
+        lo_keys, hi_keys = curve.keys(n), curve.keys(2 * n)
+        gain = curve.sign() * (float(curve.rows.loc[curve.rows["steps"] == 2 * n, "quality"].mean())
+                               - float(curve.rows.loc[curve.rows["steps"] == n, "quality"].mean()))
+        a, b = curve.unc.mean_draws(hi_keys), curve.unc.mean_draws(lo_keys)
+        low, high = stats.interval(curve.sign() * (a - b)) if a is not None and b is not None else (math.nan, math.nan)
+        verdict = ""
+        if threshold is not None:
+            verdict = below(low, high, threshold)
+        out.append(Doubling(n, gain, low, high, verdict))
+    return out
+
+
+def below(low: float, high: float, threshold: float) -> str:
+    """Whether a quantity is below ``threshold`` at 95%: met / missed / inconclusive (no CI: inconclusive)."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return UNSURE
+    return MET if high < threshold else MISSED if low >= threshold else UNSURE
+
+
+def quality_verdict(curve: Curve, point: Point, threshold: float) -> str:
+    """Whether a point reaches ``threshold`` in the metric's direction at 95%."""
+    if not (math.isfinite(point.low) and math.isfinite(point.high)):
+        return UNSURE
+    if curve.higher_is_better:
+        return MET if point.low >= threshold else MISSED if point.high < threshold else UNSURE
+    return MET if point.high <= threshold else MISSED if point.low > threshold else UNSURE
+
+
+# ---------------------------------------------------------------------------------------------
+# Page and figures
+# ---------------------------------------------------------------------------------------------
+def _fmt(value: float, metric: str) -> str:
+    return "n/a" if not math.isfinite(value) else (f"{value:.2f}" if metric == "bleu" else f"{value:.4f}")
+
+
+def _slug(curve: Curve, curves: list[Curve]) -> str:
+    same_task = [c for c in curves if c.task == curve.task]
+    if len(same_task) == 1:
+        return curve.task
+    return f"{curve.task}_{same_task.index(curve) + 1}"
+
+
+def plot_curve(curve: Curve, pts: list[Point], target, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bench.figures import save_figure
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    x = [p.steps for p in pts]
+    y = [p.quality for p in pts]
+    err = np.array([[p.quality - p.low if math.isfinite(p.low) else 0.0 for p in pts],
+                    [p.high - p.quality if math.isfinite(p.high) else 0.0 for p in pts]])
+    ax.errorbar(x, y, yerr=err, marker="o", color="#1f77b4", capsize=3, label="seed mean, 95% CI (test examples)")
+    for p in pts:
+        if len(p.seed_values) > 1:
+            ax.scatter([p.steps] * len(p.seed_values), p.seed_values, s=10, color="#1f77b4", alpha=0.4,
+                       zorder=1)
+    if curve.default_steps in x:
+        i = x.index(curve.default_steps)
+        ax.scatter([x[i]], [y[i]], s=140, facecolors="none", edgecolors="black", zorder=3,
+                   label=f"default ({curve.default_steps} steps)")
+    if target is not None and target.quality is not None:
+        ax.axhline(target.quality, color="#d62728", linestyle="--", linewidth=1,
+                   label=f"target {'≥' if curve.higher_is_better else '≤'} {target.quality:g}")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(x)
+    ax.set_xticklabels([str(s) for s in x], rotation=30)
+    ax.minorticks_off()
+    ax.set_xlabel("dense base training steps (log scale)")
+    ax.set_ylabel(f"{curve.metric} {'↑' if curve.higher_is_better else '↓'}")
+    title = f"{curve.task}: dense base learning curve"
+    ax.set_title(title + (f"\n{curve.setting}" if curve.setting else ""), fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    save_figure(fig, path)
+    plt.close(fig)
+    return path
+
+
+def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
+    pts = points(curve)
+    gain_threshold = None if target is None else target.doubling_gain
+    doubles = doublings(curve, gain_threshold)
+    arrow = "↑" if curve.higher_is_better else "↓"
+    lines = [f"## {md_escape(curve.task)}" + (f" — {md_escape(curve.setting)}" if curve.setting else ""), "",
+             f"Dataset: {md_escape(curve.dataset)}. Metric: {curve.metric} {arrow}."
+             + (f" Curve setting: {md_escape(curve.setting)}." if curve.setting else ""), "",
+             f"![{curve.task} learning curve](curves_{slug}.png)", ""]
+    table = []
+    for p in pts:
+        table.append([str(p.steps) + (" (default)" if p.steps == curve.default_steps else ""),
+                      f"{_fmt(p.quality, curve.metric)} [{_fmt(p.low, curve.metric)}, {_fmt(p.high, curve.metric)}]",
+                      ", ".join(f"s{s}: {_fmt(v, curve.metric)}" for s, v in zip(p.seeds, p.seed_values)),
+                      f"{p.train_minutes:.1f}", p.threads, p.load])
+    lines += [markdown_table(["base steps", f"{curve.metric} [95% CI]", "per seed", "training minutes (max)",
+                              "threads", "load average"], table), ""]
+    if doubles:
+        rows = [[f"{d.steps} → {2 * d.steps}", f"{_fmt(d.gain, curve.metric)} [{_fmt(d.low, curve.metric)}, "
+                 f"{_fmt(d.high, curve.metric)}]"] + ([f"< {gain_threshold:g}", d.verdict] if gain_threshold is not None else [])
+                for d in doubles]
+        header = ["doubling", "gain Δ [95% CI]"] + (["target", "verdict"] if gain_threshold is not None else [])
+        lines += ["Gain from doubling the steps (Δ = quality at 2N − quality at N, the metric's direction applied; "
+                  "paired over test examples):", "", markdown_table(header, rows), ""]
+    summary = {"task": curve.task, "default": curve.default_steps, "checks": []}
+    default = next((p for p in pts if p.steps == curve.default_steps), None)
+    if target is not None and not curve.is_default:
+        lines += ["Not the task's default configuration: the default's targets are not judged here.", ""]
+    if target is not None and curve.is_default:
+        checks = []
+        if target.quality is not None:
+            sign = "≥" if curve.higher_is_better else "≤"
+            verdict = quality_verdict(curve, default, target.quality) if default else "not run"
+            value = f"{_fmt(default.quality, curve.metric)} [{_fmt(default.low, curve.metric)}, " \
+                    f"{_fmt(default.high, curve.metric)}]" if default else "n/a"
+            checks.append([f"{curve.metric} {sign} {target.quality:g} at the default", value, verdict])
+        if target.doubling_gain is not None:
+            d = next((d for d in doubles if d.steps == curve.default_steps), None)
+            value = f"{_fmt(d.gain, curve.metric)} [{_fmt(d.low, curve.metric)}, {_fmt(d.high, curve.metric)}]" \
+                if d else "n/a"
+            checks.append([f"doubling the default gains < {target.doubling_gain:g}", value,
+                           d.verdict if d else f"not run ({2 * curve.default_steps} steps)" if curve.default_steps else "not run"])
+        if target.minutes:
+            minutes = default.train_minutes if default else math.nan
+            checks.append([f"base trains in ≤ {target.minutes:g} min", f"{minutes:.1f} min" if default else "n/a",
+                           (MET if minutes <= target.minutes else MISSED) if default else "not run"])
+        lines += [f"Target ({md_escape(target.source)}):", "",
+                  markdown_table(["target", "value [95% CI]", "verdict"], checks), ""]
+        summary["checks"] = checks
+    return lines, {**summary, "points": pts}
+
+
+def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
+    """Write reports/curves.{md,html} and one figure per curve; [] when there are no curve rows."""
+    curves = load_curves(results_dir)
+    if not curves:
+        return []
+    out = Path(reports_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["# Learning curves of the dense base models", "",
+             f"Generated by `python -m bench report` from the rows under `{results_dir}/{CURVES_DIR}/`: dense "
+             "base models of one task configuration trained for different `<task>.train_steps`. Re-create a "
+             "point with the row's `command`; e.g. `python -m bench run method=dense task=imagenet "
+             "imagenet.train_steps=37520 results_dir=results/curves timing=false threads=2`.", "",
+             f"Uncertainty: bootstrap over test examples ({stats.N_RESAMPLES} resamples, percentile, paired "
+             "within a curve; `scipy.stats.bootstrap`) of the seed mean; it covers the test set, not the seed. "
+             "A target is **met** when the whole 95% CI is on its side, **missed** when the whole CI is on the "
+             "other side, **inconclusive** otherwise. Training minutes are wall-clock on this machine "
+             "(`train_time_s` of the row), with the row's threads and load average.", ""]
+    summary_rows, sections, written = [], [], []
+    for curve in curves:
+        slug = _slug(curve, curves)
+        target = base_target(curve.task)
+        section, summary = curve_section(curve, slug, target)
+        sections += section
+        written.append(str(plot_curve(curve, summary["points"], target, out / f"curves_{slug}.png")))
+        for check in summary["checks"]:
+            summary_rows.append([curve.task + (f" ({curve.setting})" if curve.setting else ""),
+                                 str(curve.default_steps), *check])
+    if summary_rows:
+        lines += ["## Summary", "", markdown_table(["task", "default steps", "target", "value [95% CI]",
+                                                    "verdict"], summary_rows), ""]
+    lines += sections
+    text = "\n".join(lines).rstrip() + "\n"
+    md, html = out / "curves.md", out / "curves.html"
+    results.atomic_write_text(md, text)
+    results.atomic_write_text(html, render_html(text, "Learning curves of the dense base models"))
+    return written + [str(md), str(html)]

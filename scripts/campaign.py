@@ -1,0 +1,157 @@
+"""Re-run every committed point under the core's protocol and the offline defaults: the plan, in order,
+one training at a time (the machine has 2 cores).
+
+    python scripts/campaign.py --list                 # the commands, in the order they run
+    nohup python scripts/campaign.py --until 06:50 > campaign.log 2>&1 &
+
+The campaign is resumable: ``bench run`` skips a point whose row exists and an interrupted training
+resumes from its checkpoint, so running the script again (in a later session) continues where it stopped.
+``--until HH:MM`` (UTC) starts no new command after that time; ``--seeds`` and ``--task`` restrict it.
+
+Order: seed-major (every point's seed 0, then seed 1, then seed 2), so that one complete seed of the
+whole leaderboard exists first; within a seed, the tasks in :data:`TASK_ORDER`, each task's dense base
+first (every method starts from it).  Every point runs with three seeds: the claims in
+``reports/claims.md`` compare almost all of them (static sizes included, as the baselines of CCT and
+ACT), and :data:`ONE_SEED` lists the points no claim reads, which get seed 0 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+RUN = ["threads=2"]  # both cores for one training (1.4x on the speech model); rows record it
+
+
+@dataclass(frozen=True)
+class Point:
+    task: str
+    overrides: tuple[str, ...]
+
+
+def _p(task: str, *overrides: str) -> Point:
+    return Point(task, overrides)
+
+
+IWSLT = ("timing_batch=32", "count_batches=1")  # beam search: a smaller timing batch, one counted batch
+SEQ = ("parity.variant=sequence", "parity.train_steps=2000")
+
+PLAN: dict[str, list[Point]] = {
+    "imagenet": [
+        _p("imagenet", "method=dense"),
+        _p("imagenet", "method=dense", "dense.width=0.5", "dense.depth=0.5"),
+        _p("imagenet", "method=dense", "dense.width=0.5"),
+        _p("imagenet", "method=dense", "dense.depth=0.5"),
+        *[_p("imagenet", "method=acm", f"acm.beta_target={b}") for b in (0.25, 0.4, 0.6, 0.75)],
+        *[_p("imagenet", "method=acm", "acm.alpha_b=1.0", f"acm.beta_target={b}") for b in (0.25, 0.4)],
+        _p("imagenet", "method=moefication"),
+        _p("imagenet", "method=early_exit"),
+        *[_p("imagenet", "method=avit", f"avit.ponder_weight={w}", "avit.eval_epsilons=[0.1,0.3]")
+          for w in (0.01, 0.03, 0.1, 0.3)],
+        _p("imagenet", "method=cct"),
+        _p("imagenet", "method=adatape", "adatape.max_tape=8", "adatape.tau=4", "adatape.eval_caps=[2,4,6]"),
+    ],
+    "parity": [
+        _p("parity", "method=dense"),
+        *[_p("parity", "method=dense", f"dense.depth={d}") for d in (2, 4)],
+        *[_p("parity", "method=dense", f"dense.width={w}") for w in (0.5, 2)],
+        *[_p("parity", "method=act", f"act.tau={t}") for t in ("1e-3", "1e-4", "1e-2")],
+        _p("parity", "method=dense", *SEQ),
+        _p("parity", "method=act", *SEQ),
+        *[_p("parity", "method=adatape", *SEQ, f"adatape.max_tape={m}", f"adatape.tau={t}")
+          for m, t in ((2, 1), (4, 2), (8, 8))],
+        _p("parity", "method=adatape", *SEQ, "adatape.max_tape=8", "adatape.tau=4", "adatape.eval_caps=[2,4,6]"),
+    ],
+    "iwslt": [
+        _p("iwslt", "method=dense", *IWSLT),
+        *[_p("iwslt", "method=dense", *IWSLT, f"dense.depth={d}") for d in (0.3333, 0.6667)],
+        _p("iwslt", "method=dat", *IWSLT),
+        _p("iwslt", "method=dat", *IWSLT, "dat.thresholds=[0.82,0.85,0.88,0.9,0.95,0.99]", "dat.fixed_exits=[4,5]"),
+        _p("iwslt", "method=dat", *IWSLT, "dat.oracle=likelihood", "dat.thresholds=[0.2,0.5,0.8,0.9,0.95,0.99]",
+           "dat.fixed_exits=[]"),
+        _p("iwslt", "method=cct", *IWSLT),
+        _p("iwslt", "method=cct", *IWSLT, "cct.pairs=decoder"),
+        *[_p("iwslt", "method=acm", *IWSLT, "acm.alpha_b=1.0", f"acm.beta_target={b}") for b in (0.25, 0.4, 0.6, 0.75)],
+        _p("iwslt", "method=moefication", *IWSLT),
+        *[_p("iwslt", "method=dense", *IWSLT, f"dense.depth={d}") for d in (0.1667, 0.5)],
+        _p("iwslt", "method=dense", *IWSLT, "dense.width=0.5"),
+    ],
+    "commonvoice": [
+        _p("commonvoice", "method=dense"),
+        _p("commonvoice", "method=dense", "commonvoice.eval_set=pocketsphinx"),
+        _p("commonvoice", "method=dense", "dense.width=0.5"),
+        _p("commonvoice", "method=dense", "dense.depth=0.5"),
+        *[_p("commonvoice", "method=acm", "acm.modules=mlp", "acm.alpha_b=1.0", f"acm.beta_target={b}")
+          for b in (0.25, 0.4, 0.6, 0.75)],
+        _p("commonvoice", "method=moefication"),
+    ],
+}
+TASK_ORDER = ("imagenet", "parity", "iwslt", "commonvoice")
+# Points no claim reads (reports/claims.md): one seed.
+ONE_SEED = {
+    _p("imagenet", "method=adatape", "adatape.max_tape=8", "adatape.tau=4", "adatape.eval_caps=[2,4,6]"),
+    _p("commonvoice", "method=dense", "commonvoice.eval_set=pocketsphinx"),
+    _p("commonvoice", "method=dense", "dense.width=0.5"),
+    _p("commonvoice", "method=dense", "dense.depth=0.5"),
+    _p("iwslt", "method=moefication", *IWSLT),
+}
+
+
+def planned(seeds=(0, 1, 2), tasks=TASK_ORDER) -> list[tuple[int, Point]]:
+    """(seed, point) in the order they run: seed-major, tasks in ``tasks`` order, each task's plan order."""
+    return [(seed, point) for seed in seeds for task in tasks for point in PLAN[task]
+            if seed == 0 or point not in ONE_SEED]
+
+
+def command(seed: int, point: Point) -> list[str]:
+    method = [o for o in point.overrides if o.startswith("method=")]
+    rest = [o for o in point.overrides if not o.startswith("method=")]
+    return ["python", "-m", "bench", "run", *method, f"task={point.task}", *rest, *RUN, f"seed={seed}"]
+
+
+def commands(seeds=(0, 1, 2), tasks=TASK_ORDER) -> list[list[str]]:
+    return [command(seed, point) for seed, point in planned(seeds, tasks)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--list", action="store_true", help="print the commands and exit")
+    parser.add_argument("--until", default="", help="UTC HH:MM after which no new command starts")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
+    parser.add_argument("--task", action="append", choices=TASK_ORDER, help="only these tasks (repeatable)")
+    args = parser.parse_args(argv)
+    seeds = tuple(int(s) for s in args.seeds.split(","))
+    todo = commands(seeds, tuple(t for t in TASK_ORDER if not args.task or t in args.task))
+    if args.list:
+        print("\n".join(shlex.join(c) for c in todo))
+        return 0
+    stop = None
+    if args.until:
+        hour, minute = (int(x) for x in args.until.split(":"))
+        now = dt.datetime.now(dt.timezone.utc)
+        stop = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+        if stop <= now:
+            stop += dt.timedelta(days=1)
+    failed = 0
+    for i, command in enumerate(todo, 1):
+        if stop is not None and dt.datetime.now(dt.timezone.utc) >= stop:
+            print(f"[campaign] {args.until} UTC reached: stopping before command {i}/{len(todo)}", flush=True)
+            break
+        start = time.time()
+        print(f"[campaign] {i}/{len(todo)} {dt.datetime.now(dt.timezone.utc):%H:%M:%S} {shlex.join(command)}",
+              flush=True)
+        rc = subprocess.run([sys.executable, *command[1:]]).returncode
+        print(f"[campaign] rc={rc} after {time.time() - start:.0f} s", flush=True)
+        if rc == 130:  # interrupted: stop the campaign too
+            return rc
+        failed += rc != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

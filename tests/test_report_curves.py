@@ -1,0 +1,111 @@
+"""The dense learning-curve page (bench/report_curves.py): points, doubling gains and target verdicts
+from rows under results/curves, with the task's declared BASE_TARGET."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from bench import report_curves, results
+from tasks.imagenet import ImageNetConfig
+
+N = 4000
+
+
+def _write(results_dir, steps: int, accuracy: float, seed: int, *, d_model: int | None = None, correct=None):
+    """A dense imagenet row trained for ``steps`` under results_dir/curves, scoring ``accuracy`` on N
+    examples (the first round(accuracy·N) correct unless ``correct`` gives the mask)."""
+    score = (np.arange(N) < round(accuracy * N)).astype(float) if correct is None else correct.astype(float)
+    config = {f.name: f.default for f in dataclasses.fields(ImageNetConfig)}
+    config["train_steps"] = steps
+    if d_model is not None:
+        config["d_model"] = d_model
+    row = results.ResultRow(
+        method="dense", task="imagenet", dataset="toy images", knob_name="size", knob_value="w1-d1",
+        knob_kind="static", seed=seed, variant="", metric="top1", quality=float(score.mean()), higher_is_better=True,
+        metric_signature="top1", n_eval=N, macs_mean=1.0, macs_p10=1.0, macs_p50=1.0, macs_p90=1.0, macs_dense=1.0,
+        cost_pct_dense=100.0, macs_counted_mean=1.0, cost_check="agree", uncounted_ops="",
+        train_budget=f"{steps} steps x batch 128 (the task's base budget)", train_time_s=steps / 10.0,
+        run_id=f"r{steps}-{seed}-{d_model}", config_hash=f"h{steps}{d_model}", command="test", git_sha="0" * 12,
+        git_dirty=False, versions="", device="cpu", timestamp=f"2026-01-0{seed + 1}T00:00:00Z", timing_threads=2,
+        latency_b1_ms=math.nan, latency_b1_iqr_ms=math.nan, throughput_per_s=math.nan, throughput_batch=0,
+        dense_latency_b1_ms=math.nan, dense_throughput_per_s=math.nan, latency_b1_ratio=math.nan,
+        throughput_ratio=math.nan, timing_rounds=0, params=1)
+    samples = pd.DataFrame({"target": 0, "prediction": 0, "score": score, "macs": 1.0, "index": np.arange(N)})
+    config_yaml = yaml.safe_dump({"seed": seed, "threads": 2, "imagenet": config,
+                                  "dense": {"width": 1.0, "depth": 1.0}})
+    results.append(results_dir / "curves", row, f"w1-d1-{steps}-{d_model}-s{seed}", samples, config_yaml)
+
+
+def test_doubling_verdicts_and_non_default_curves(tmp_path):
+    default = report_curves.default_train_steps("imagenet")
+    assert default and report_curves.base_target("imagenet").doubling_gain == pytest.approx(0.002)
+    for seed in (0, 1):
+        _write(tmp_path, default // 2, 0.80, seed)  # doubling to the default gains 8 points: not saturated
+        _write(tmp_path, default, 0.88, seed)
+        _write(tmp_path, 2 * default, 0.88, seed)  # the same examples right: the gain is exactly 0
+        _write(tmp_path, default, 0.70, seed, d_model=32)  # another configuration: a separate curve
+    curves = report_curves.load_curves(tmp_path)
+    assert len(curves) == 2
+    main = next(c for c in curves if c.is_default)
+    other = next(c for c in curves if not c.is_default)
+    assert main.steps == [default // 2, default, 2 * default] and other.steps == [default]
+    assert "imagenet.d_model=32" in other.setting
+
+    gains = {d.steps: d for d in report_curves.doublings(main, 0.002)}
+    assert gains[default // 2].gain == pytest.approx(0.08)
+    assert gains[default // 2].low > 0.002 and gains[default // 2].verdict == report_curves.MISSED
+    assert gains[default].gain == pytest.approx(0.0) and (gains[default].low, gains[default].high) == (0.0, 0.0)
+    assert gains[default].verdict == report_curves.MET
+
+    written = report_curves.write(tmp_path, tmp_path / "reports")
+    md = (tmp_path / "reports" / "curves.md").read_text()
+    assert any(p.endswith(".png") for p in written)
+    for path in written:
+        if path.endswith(".png"):
+            assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    summary = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    assert "doubling the default gains &lt; 0.002 | 0.0000 \\[0.0000, 0.0000\\] | met" in summary
+    assert "base trains in ≤ 60 min" in summary and "d_model=32" not in summary  # only the default is judged
+    assert "Not the task's default configuration" in md
+    assert f"| {default} (default) | 0.8800" in md
+
+
+def test_a_small_gain_with_a_wide_interval_is_inconclusive(tmp_path):
+    default = report_curves.default_train_steps("imagenet")
+    rng = np.random.default_rng(0)
+    base = rng.random(N) < 0.85
+    flipped = base.copy()
+    # 400 examples change: 202 wrong ones become right, 198 right ones wrong (Δ = 4/4000 = 0.001)
+    flipped[rng.choice(np.flatnonzero(~base), 202, replace=False)] = True
+    flipped[rng.choice(np.flatnonzero(base), 198, replace=False)] = False
+    gain = flipped.mean() - base.mean()
+    _write(tmp_path, default, 0.0, 0, correct=base)
+    _write(tmp_path, 2 * default, 0.0, 0, correct=flipped)
+    (curve,) = report_curves.load_curves(tmp_path)
+    (d,) = report_curves.doublings(curve, 0.002)
+    assert d.gain == pytest.approx(0.001) == pytest.approx(gain) and d.low < 0.002 < d.high
+    assert d.verdict == report_curves.UNSURE
+
+
+def test_quality_targets_follow_the_metric_direction():
+    def curve(hib):
+        return report_curves.Curve("t", "d", "wer", hib, "", pd.DataFrame(), None)
+
+    point = report_curves.Point(1, 0.25, 0.22, 0.28, [0], [0.25], 1.0, "2", "")
+    assert report_curves.quality_verdict(curve(False), point, 0.30) == report_curves.MET  # WER ≤ 0.30
+    assert report_curves.quality_verdict(curve(False), point, 0.20) == report_curves.MISSED
+    assert report_curves.quality_verdict(curve(False), point, 0.25) == report_curves.UNSURE
+    assert report_curves.quality_verdict(curve(True), point, 0.20) == report_curves.MET  # BLEU-like ≥
+    nan = report_curves.Point(1, 0.25, math.nan, math.nan, [0], [0.25], 1.0, "2", "")
+    assert report_curves.quality_verdict(curve(True), nan, 0.20) == report_curves.UNSURE
+
+
+def test_no_curve_rows_write_nothing(tmp_path):
+    assert report_curves.write(tmp_path, tmp_path / "reports") == []
+    assert not (tmp_path / "reports").exists()
