@@ -846,7 +846,7 @@ def main(results_dir: str = "results", reports_dir: str = "reports", echo=print)
     """Write the per-task figures, reports/claims.{md,html}, the speed pages and
     reports/leaderboard.{md,html}; return the paths written.  ``echo`` receives what was read (rows,
     duplicates, per-sample files, claims)."""
-    from bench import report_claims, report_curves, report_plots, report_speed
+    from bench import report_claims, report_curves, report_plots, report_speed, report_status
 
     frame = results.load(results_dir)
     kernel_paths = kernel_report(Path(results_dir), Path(reports_dir))
@@ -888,7 +888,8 @@ def main(results_dir: str = "results", reports_dir: str = "reports", echo=print)
         raise ValueError(f"report: {', '.join(clash)} written by more than one section; name files after the stem")
     claim_paths, summary = report_claims.write(views, out, results_dir, echo=echo)
     board = write_leaderboard(views, out, figures, results_dir, claims_summary=summary, notes=notes)
-    return kernel_paths + written + claim_paths + board
+    status = report_status.write(frame, out, results_dir)
+    return kernel_paths + written + claim_paths + board + status
 
 
 def latest_rows_counts(frame, views: list[TaskView]) -> dict[str, int]:

@@ -158,6 +158,19 @@ def test_report_end_to_end(tmp_path):
     assert "0.2000" not in md and all_rows.count("| act | tau=") == 8
 
 
+def test_status_page_counts_points_and_seeds_per_method(tmp_path):
+    _write_results(tmp_path / "results")
+    written = report.main(str(tmp_path / "results"), str(tmp_path / "reports"))
+    status = tmp_path / "reports" / "status.md"
+    assert str(status) in written and (tmp_path / "reports" / "status.html").exists()
+    lines = {line.split("|")[3].strip(): line.split("|")[4].strip() for line in status.read_text().splitlines()
+             if line.startswith("| toy |")}
+    assert lines["act"] == "4 points · seeds 0, 1 (protocol 2)"
+    assert lines["acm"] == "3 points · seed 0 (protocol 2)"  # the superseded re-run is not a fourth point
+    assert lines["dense"] == "2 points · seed 0 (protocol 2)"
+    assert list(lines)[0] == "dense"
+
+
 def test_report_without_rows_raises(tmp_path):
     with pytest.raises(ValueError, match="no result rows"):
         report.main(str(tmp_path / "results"), str(tmp_path / "reports"))
