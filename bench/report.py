@@ -842,10 +842,33 @@ def view_stems(views: list[TaskView]) -> dict[tuple[str, str], str]:
     return stems
 
 
+MANIFEST = ".written"  # in reports_dir: the files the last `bench report` wrote, one name per line
+
+
 def main(results_dir: str = "results", reports_dir: str = "reports", echo=print) -> list[str]:
-    """Write the per-task figures, reports/claims.{md,html}, the speed pages and
+    """Write the per-task figures, reports/claims.{md,html}, the speed, curve and status pages and
     reports/leaderboard.{md,html}; return the paths written.  ``echo`` receives what was read (rows,
-    duplicates, per-sample files, claims)."""
+    duplicates, per-sample files, claims).
+
+    Files the previous report wrote (listed in ``<reports_dir>/.written``) that this one does not write are
+    removed, so a section whose rows are gone leaves no stale figure behind; files the report never wrote
+    are never touched."""
+    written = write_all(results_dir, reports_dir, echo)
+    out = Path(reports_dir)
+    manifest = out / MANIFEST
+    previous = manifest.read_text().split("\n") if manifest.exists() else []
+    names = sorted({Path(p).name for p in written if Path(p).parent.resolve() == out.resolve()})
+    for name in previous:
+        stale = out / name
+        if name and name not in names and "/" not in name and stale.is_file():
+            stale.unlink()
+            echo(f"removed {stale} (written by an earlier report, not by this one)")
+    if names:
+        results.atomic_write_text(manifest, "\n".join(names) + "\n")
+    return written
+
+
+def write_all(results_dir: str, reports_dir: str, echo=print) -> list[str]:
     from bench import report_claims, report_curves, report_plots, report_speed, report_status
 
     frame = results.load(results_dir)

@@ -171,6 +171,27 @@ def test_status_page_counts_points_and_seeds_per_method(tmp_path):
     assert list(lines)[0] == "dense"
 
 
+def test_report_removes_the_files_of_sections_whose_rows_are_gone(tmp_path):
+    import dataclasses
+
+    _write_results(tmp_path / "results")
+    other = dataclasses.replace(_row("dense", "static", 1.0, 1.0, 0.5), dataset="another toy set")
+    results.append(tmp_path / "results", other, "other00")
+    reports = tmp_path / "reports"
+    first = report.main(str(tmp_path / "results"), str(reports))
+    assert len([p for p in first if p.endswith("_pareto.png")]) == 2  # two sections
+    (reports / "my_notes.txt").write_text("not the report's")
+    for path in (tmp_path / "results" / "toy" / "dense").glob("other00*"):
+        path.unlink()
+    said = []
+    second = report.main(str(tmp_path / "results"), str(reports), echo=said.append)
+    gone = sorted(set(first) - set(second))
+    assert len([p for p in second if p.endswith("_pareto.png")]) == 1
+    assert gone and not any(Path(p).exists() for p in gone)  # the section's files went with its rows
+    assert all(Path(p).exists() for p in second) and (reports / "my_notes.txt").exists()
+    assert sum(line.startswith("removed ") for line in said) == len(gone)
+
+
 def test_report_without_rows_raises(tmp_path):
     with pytest.raises(ValueError, match="no result rows"):
         report.main(str(tmp_path / "results"), str(tmp_path / "reports"))
