@@ -107,8 +107,10 @@ class BaseTarget:
     ``claims`` module.  ``quality``: a threshold in the metric's direction at the default budget (WER ≤ 0.30,
     BLEU ≥ 10); ``doubling_gain``: doubling the default steps must gain less than this (metric units, the
     metric's direction applied); ``minutes``: the longest the default base may train (wall clock);
-    ``source``: who set the target."""
+    ``source``: who set the target; ``task``: the task it is for (a claims module serves every task
+    registered from its package, e.g. iwslt and wmt)."""
 
+    task: str
     quality: float | None = None
     doubling_gain: float | None = None
     minutes: float = 60.0

@@ -842,7 +842,7 @@ def view_stems(views: list[TaskView]) -> dict[tuple[str, str], str]:
     return stems
 
 
-MANIFEST = ".written"  # in reports_dir: the files the last `bench report` wrote, one name per line
+MANIFEST = ".written"  # in reports_dir: the results dir, then the files the last `bench report` wrote from it
 
 
 def main(results_dir: str = "results", reports_dir: str = "reports", echo=print) -> list[str]:
@@ -850,21 +850,24 @@ def main(results_dir: str = "results", reports_dir: str = "reports", echo=print)
     reports/leaderboard.{md,html}; return the paths written.  ``echo`` receives what was read (rows,
     duplicates, per-sample files, claims).
 
-    Files the previous report wrote (listed in ``<reports_dir>/.written``) that this one does not write are
-    removed, so a section whose rows are gone leaves no stale figure behind; files the report never wrote
-    are never touched."""
+    Files the previous report *from the same results directory* wrote (listed in
+    ``<reports_dir>/.written``) that this one does not write are removed, so a section whose rows are gone
+    leaves no stale figure behind; files the report never wrote, and files written from another results
+    directory, are never touched."""
     written = write_all(results_dir, reports_dir, echo)
     out = Path(reports_dir)
     manifest = out / MANIFEST
+    source = f"results_dir: {Path(results_dir).resolve()}"
     previous = manifest.read_text().split("\n") if manifest.exists() else []
     names = sorted({Path(p).name for p in written if Path(p).parent.resolve() == out.resolve()})
-    for name in previous:
-        stale = out / name
-        if name and name not in names and "/" not in name and stale.is_file():
-            stale.unlink()
-            echo(f"removed {stale} (written by an earlier report, not by this one)")
+    if previous and previous[0] == source:
+        for name in previous[1:]:
+            stale = out / name
+            if name and name not in names and "/" not in name and stale.is_file():
+                stale.unlink()
+                echo(f"removed {stale} (written by an earlier report, not by this one)")
     if names:
-        results.atomic_write_text(manifest, "\n".join(names) + "\n")
+        results.atomic_write_text(manifest, "\n".join([source, *names]) + "\n")
     return written
 
 

@@ -15,10 +15,14 @@ separate curves):
   a quality threshold (e.g. WER ≤ 0.30) and/or a doubling gain below which the base counts as trained
   to saturation, and the training time allowed.  Verdicts use the claims' rule
   (``bench.report_claims``): **met** when the whole 95% CI is on the target's side, **missed** when it is
-  wholly on the other side, **inconclusive** otherwise.  The training time is the row's own
-  ``train_time_s`` (wall clock, with the row's thread count and load average beside it).
+  wholly on the other side, **inconclusive** otherwise.  The training time is the row's ``train_time_s``:
+  the wall clock recorded in the base model's checkpoint by the run that trained it.
 
-The default budget (the task's ``train_steps`` default in its config dataclass) is marked on each curve.
+Rows of one curve are one per (steps, seed): re-evaluations of the same model (another ``threads``,
+``timing``) keep the latest.  A doubling gain pairs the seeds that have rows at both N and 2N, on one
+test set, and lists each seed's own gain beside the mean.  Only the default configuration's curve (every
+key at the task's default but ``train_steps``) is judged against the target.  The default budget (the
+task's ``train_steps`` default in its config dataclass) is marked on each curve.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class Curve:
     rows: "object"  # DataFrame: the curve's latest rows
     default_steps: int | None
     is_default: bool = True  # every other key at the task's default (the targets apply to this curve only)
+    setting_key: str = ""
     unc: stats.Uncertainty = field(default_factory=stats.Uncertainty)
 
     @property
@@ -66,6 +71,12 @@ def train_steps(budget: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def _default(f) -> object:
+    from dataclasses import MISSING
+
+    return f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
+
+
 def task_defaults(task: str) -> dict[str, str]:
     """The task's config defaults as a curve setting (``<task>.<key>`` -> str), with the dense base size."""
     from bench import registry
@@ -74,8 +85,8 @@ def task_defaults(task: str) -> dict[str, str]:
         spec = registry.task_spec(task)
     except registry.RegistryError:
         return {}
-    out = {f"{task}.{f.name}": str(f.default) for f in fields(spec.config) if f.name != "train_steps"}
-    return {**out, "dense.width": "1.0", "dense.depth": "1.0",
+    out = {f"{task}.{f.name}": str(_default(f)) for f in fields(spec.config) if f.name != "train_steps"}
+    return {**out, "dense.width": "1.0", "dense.depth": "1.0", "eval_limit": "0",
             **{k: str(v) for k, v in results.IMPLICIT_DEFAULTS.items()}}
 
 
@@ -106,15 +117,17 @@ def base_target(task: str):
     if not path:
         return None
     module = importlib.import_module(path.partition(":")[0])
-    return getattr(module, "BASE_TARGET", None)
+    target = getattr(module, "BASE_TARGET", None)
+    # a module serves every task registered from its package (iwslt and wmt): the target names its task
+    return target if target is not None and target.task == task else None
 
 
 def _curve_setting(config: dict, task: str) -> dict[str, str]:
-    """What, beside ``train_steps``, decides a dense base row: the task section, the dense size and the
-    training precision (run-level keys such as threads, paths and timing cannot change quality)."""
+    """What, beside ``train_steps``, decides a dense base row and its test set: the task section, the dense
+    size, the training precision and ``eval_limit`` (threads, paths and timing change neither)."""
     section = {f"{task}.{k}": str(v) for k, v in (config.get(task) or {}).items() if k != "train_steps"}
     size = {f"dense.{k}": str(v) for k, v in (config.get("dense") or {}).items()}
-    run = {k: str(config.get(k, d)) for k, d in results.IMPLICIT_DEFAULTS.items()}
+    run = {k: str(config.get(k, d)) for k, d in {**results.IMPLICIT_DEFAULTS, "eval_limit": 0}.items()}
     return {**section, **size, **run}
 
 
@@ -138,10 +151,15 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
         config = yaml.safe_load(config_path.read_text()) if config_path.exists() else {}
         settings.append(_curve_setting(config or {}, row["task"]))
     frame["setting_key"] = [results.stable_hash(s) for s in settings]
+    frame["_when"] = frame["timestamp"].astype(str)
+    # one row per (curve, steps, seed): a re-evaluation of the same model (other threads/timing) keeps the latest
+    frame = frame.sort_values("_when", kind="stable").drop_duplicates(
+        ["task", "dataset", "setting_key", "steps", "seed"], keep="last")
+    settings = [s for s in settings if results.stable_hash(s) in set(frame["setting_key"])]
     curves = []
     for (task, dataset), group in frame.groupby(["task", "dataset"], sort=True):
         keys = sorted(set(group["setting_key"]))
-        by_key = dict(zip(frame["setting_key"], settings))
+        by_key = {results.stable_hash(s): s for s in settings}
         for key in keys:
             rows = group[group["setting_key"] == key].reset_index(drop=True)
             setting = ""
@@ -154,7 +172,8 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
             is_default = bool(defaults) and all(by_key[key].get(k) == v for k, v in defaults.items())
             curves.append(Curve(task=str(task), dataset=str(dataset), metric=str(first["metric"]),
                                 higher_is_better=bool(first["higher_is_better"]), setting=setting, rows=rows,
-                                default_steps=default_train_steps(str(task)), is_default=is_default))
+                                default_steps=default_train_steps(str(task)), is_default=is_default,
+                                setting_key=key))
     for curve in curves:
         curve.unc = stats.rows_uncertainty(curve.rows, results_dir)
     return curves
@@ -172,8 +191,6 @@ class Point:
     seeds: list[int]
     seed_values: list[float]
     train_minutes: float
-    threads: str
-    load: str
 
 
 def points(curve: Curve) -> list[Point]:
@@ -181,42 +198,45 @@ def points(curve: Curve) -> list[Point]:
     for steps in curve.steps:
         rows = curve.rows[curve.rows["steps"] == steps].sort_values("seed")
         low, high = curve.unc.ci(list(rows["row_key"]))
-        threads = sorted({str(t) for t in rows.get("timing_threads", [])} - {"nan", ""})
-        load = rows["timing_load_avg"] if "timing_load_avg" in rows else []
-        loads = [float(v) for v in load if isinstance(v, (int, float)) and math.isfinite(float(v))]
         out.append(Point(steps=steps, quality=float(rows["quality"].mean()), low=low, high=high,
                          seeds=[int(s) for s in rows["seed"]], seed_values=[float(q) for q in rows["quality"]],
-                         train_minutes=float(rows["train_time_s"].max()) / 60.0, threads="/".join(threads),
-                         load=f"{min(loads):.1f}–{max(loads):.1f}" if loads else ""))
+                         train_minutes=float(rows["train_time_s"].max()) / 60.0))
     return out
 
 
 @dataclass
 class Doubling:
     steps: int  # N; the gain is from N to 2N steps
-    gain: float
+    gain: float  # mean over the paired seeds
     low: float
     high: float
     verdict: str  # against the target's doubling gain ("" without one)
+    seed_gains: dict[int, float] = field(default_factory=dict)
 
 
 def doublings(curve: Curve, threshold: float | None) -> list[Doubling]:
-    """Δ = quality(2N) − quality(N) (metric direction applied) for every N whose 2N is on the curve, with
-    the paired bootstrap CI of the difference of seed means."""
+    """Δ = quality(2N) − quality(N) (metric direction applied) for every N whose 2N is on the curve: the
+    mean over the seeds with rows at both, with the paired bootstrap CI of the difference of seed means
+    (both on one test set; otherwise no CI and the verdict is inconclusive), and each seed's own gain."""
     have = set(curve.steps)
     out = []
     for n in curve.steps:
         if 2 * n not in have:
             continue
-        lo_keys, hi_keys = curve.keys(n), curve.keys(2 * n)
-        gain = curve.sign() * (float(curve.rows.loc[curve.rows["steps"] == 2 * n, "quality"].mean())
-                               - float(curve.rows.loc[curve.rows["steps"] == n, "quality"].mean()))
+        at = {steps: curve.rows[curve.rows["steps"] == steps].set_index("seed") for steps in (n, 2 * n)}
+        seeds = sorted(set(at[n].index) & set(at[2 * n].index))
+        if not seeds:
+            continue
+        per_seed = {int(s): curve.sign() * (float(at[2 * n].loc[s, "quality"]) - float(at[n].loc[s, "quality"]))
+                    for s in seeds}
+        lo_keys = [at[n].loc[s, "row_key"] for s in seeds]
+        hi_keys = [at[2 * n].loc[s, "row_key"] for s in seeds]
         a, b = curve.unc.mean_draws(hi_keys), curve.unc.mean_draws(lo_keys)
-        low, high = stats.interval(curve.sign() * (a - b)) if a is not None and b is not None else (math.nan, math.nan)
-        verdict = ""
-        if threshold is not None:
-            verdict = below(low, high, threshold)
-        out.append(Doubling(n, gain, low, high, verdict))
+        same_set = a is not None and b is not None and \
+            curve.unc.test_set[hi_keys[0]] == curve.unc.test_set[lo_keys[0]]
+        low, high = stats.interval(curve.sign() * (a - b)) if same_set else (math.nan, math.nan)
+        verdict = below(low, high, threshold) if threshold is not None else ""
+        out.append(Doubling(n, float(np.mean(list(per_seed.values()))), low, high, verdict, per_seed))
     return out
 
 
@@ -243,11 +263,12 @@ def _fmt(value: float, metric: str) -> str:
     return "n/a" if not math.isfinite(value) else (f"{value:.2f}" if metric == "bleu" else f"{value:.4f}")
 
 
-def _slug(curve: Curve, curves: list[Curve]) -> str:
-    same_task = [c for c in curves if c.task == curve.task]
-    if len(same_task) == 1:
+def _slug(curve: Curve) -> str:
+    """File-name part of a curve: the task for its default configuration, else the task and a stable hash
+    of the curve's setting (and dataset)."""
+    if curve.is_default:
         return curve.task
-    return f"{curve.task}_{same_task.index(curve) + 1}"
+    return f"{curve.task}_{results.stable_hash([curve.dataset, curve.setting_key], 8)}"
 
 
 def plot_curve(curve: Curve, pts: list[Point], target, path: Path) -> Path:
@@ -292,7 +313,7 @@ def plot_curve(curve: Curve, pts: list[Point], target, path: Path) -> Path:
 
 def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
     pts = points(curve)
-    gain_threshold = None if target is None else target.doubling_gain
+    gain_threshold = None if target is None or not curve.is_default else target.doubling_gain
     doubles = doublings(curve, gain_threshold)
     arrow = "↑" if curve.higher_is_better else "↓"
     lines = [f"## {md_escape(curve.task)}" + (f" — {md_escape(curve.setting)}" if curve.setting else ""), "",
@@ -304,14 +325,16 @@ def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
         table.append([str(p.steps) + (" (default)" if p.steps == curve.default_steps else ""),
                       f"{_fmt(p.quality, curve.metric)} [{_fmt(p.low, curve.metric)}, {_fmt(p.high, curve.metric)}]",
                       ", ".join(f"s{s}: {_fmt(v, curve.metric)}" for s, v in zip(p.seeds, p.seed_values)),
-                      f"{p.train_minutes:.1f}", p.threads, p.load])
-    lines += [markdown_table(["base steps", f"{curve.metric} [95% CI]", "per seed", "training minutes (max)",
-                              "threads", "load average"], table), ""]
+                      f"{p.train_minutes:.1f}" if math.isfinite(p.train_minutes) else "n/a"])
+    lines += [markdown_table(["base steps", f"{curve.metric} [95% CI]", "per seed", "training minutes (max)"],
+                             table), ""]
     if doubles:
         rows = [[f"{d.steps} → {2 * d.steps}", f"{_fmt(d.gain, curve.metric)} [{_fmt(d.low, curve.metric)}, "
-                 f"{_fmt(d.high, curve.metric)}]"] + ([f"< {gain_threshold:g}", d.verdict] if gain_threshold is not None else [])
+                 f"{_fmt(d.high, curve.metric)}]",
+                 ", ".join(f"s{s}: {_fmt(g, curve.metric)}" for s, g in d.seed_gains.items())]
+                + ([f"< {gain_threshold:g}", d.verdict] if gain_threshold is not None else [])
                 for d in doubles]
-        header = ["doubling", "gain Δ [95% CI]"] + (["target", "verdict"] if gain_threshold is not None else [])
+        header = ["doubling", "gain Δ [95% CI]", "per seed"] + (["target", "verdict"] if gain_threshold is not None else [])
         lines += ["Gain from doubling the steps (Δ = quality at 2N − quality at N, the metric's direction applied; "
                   "paired over test examples):", "", markdown_table(header, rows), ""]
     summary = {"task": curve.task, "default": curve.default_steps, "checks": []}
@@ -334,8 +357,10 @@ def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
                            d.verdict if d else f"not run ({2 * curve.default_steps} steps)" if curve.default_steps else "not run"])
         if target.minutes:
             minutes = default.train_minutes if default else math.nan
-            checks.append([f"base trains in ≤ {target.minutes:g} min", f"{minutes:.1f} min" if default else "n/a",
-                           (MET if minutes <= target.minutes else MISSED) if default else "not run"])
+            known = math.isfinite(minutes)
+            checks.append([f"base trains in ≤ {target.minutes:g} min", f"{minutes:.1f} min" if known else "n/a",
+                           (MET if minutes <= target.minutes else MISSED) if known else
+                           UNSURE if default else "not run"])
         lines += [f"Target ({md_escape(target.source)}):", "",
                   markdown_table(["target", "value [95% CI]", "verdict"], checks), ""]
         summary["checks"] = checks
@@ -357,11 +382,11 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
              f"Uncertainty: bootstrap over test examples ({stats.N_RESAMPLES} resamples, percentile, paired "
              "within a curve; `scipy.stats.bootstrap`) of the seed mean; it covers the test set, not the seed. "
              "A target is **met** when the whole 95% CI is on its side, **missed** when the whole CI is on the "
-             "other side, **inconclusive** otherwise. Training minutes are wall-clock on this machine "
-             "(`train_time_s` of the row), with the row's threads and load average.", ""]
+             "other side, **inconclusive** otherwise. Training minutes: the row's `train_time_s`, the wall "
+             "clock the run that trained the base recorded in its checkpoint.", ""]
     summary_rows, sections, written = [], [], []
     for curve in curves:
-        slug = _slug(curve, curves)
+        slug = _slug(curve)
         target = base_target(curve.task)
         section, summary = curve_section(curve, slug, target)
         sections += section

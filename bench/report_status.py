@@ -1,8 +1,8 @@
 """``reports/status.md``: what has been run and committed, per (task, dataset, method), from the rows alone.
 
-Each line counts the points (knob values, after keeping the latest run of each point) with the seeds
-that have rows, per protocol version (rows without a ``protocol`` column are version 1) and per
-training budget, e.g. ``6 points · seeds 0, 1, 2 · protocol 2``.  Which method/task pairs are
+Each line counts the points (knob values of one variant, after keeping the latest run of each point) by
+the seeds that have rows, per protocol version (rows without a ``protocol`` column are version 1), e.g.
+``6 points · seeds 0, 1, 2 (protocol 2)``.  Which method/task pairs are
 applicable at all, and why not, is ``python -m bench ls``; this page says only what the rows hold.
 """
 

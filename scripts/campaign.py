@@ -6,7 +6,8 @@ one training at a time (the machine has 2 cores).
 
 The campaign is resumable: ``bench run`` skips a point whose row exists and an interrupted training
 resumes from its checkpoint, so running the script again (in a later session) continues where it stopped.
-``--until HH:MM`` (UTC) starts no new command after that time; ``--seeds`` and ``--task`` restrict it.
+``--until HH:MM`` (UTC) starts no new command after that time (the next occurrence of it: a time already
+past today means tomorrow); ``--seeds`` and ``--task`` restrict it.
 
 Order: seed-major (every point's seed 0, then seed 1, then seed 2), so that one complete seed of the
 whole leaderboard exists first; within a seed, the tasks in :data:`TASK_ORDER`, each task's dense base
@@ -24,8 +25,15 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
-RUN = ["threads=2"]  # both cores for one training (1.4x on the speech model); rows record it
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tasks.imagenet import ImageNetConfig  # noqa: E402  (the defaults the equal-budget control adds up)
+
+EQUAL_BUDGET = ImageNetConfig.train_steps + ImageNetConfig.method_steps
+
+RUN = ["threads=2"]  # both cores for one training; rows record it
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,9 @@ PLAN: dict[str, list[Point]] = {
           for w in (0.01, 0.03, 0.1, 0.3)],
         _p("imagenet", "method=cct"),
         _p("imagenet", "method=adatape", "adatape.max_tape=8", "adatape.tau=4", "adatape.eval_caps=[2,4,6]"),
+        # the equal-budget dense control (base + method steps), on the base's learning curve
+        _p("imagenet", "method=dense", f"imagenet.train_steps={EQUAL_BUDGET}", "results_dir=results/curves",
+           "timing=false"),
     ],
     "parity": [
         _p("parity", "method=dense"),
@@ -78,6 +89,7 @@ PLAN: dict[str, list[Point]] = {
         _p("iwslt", "method=cct", *IWSLT, "cct.pairs=decoder"),
         *[_p("iwslt", "method=acm", *IWSLT, "acm.alpha_b=1.0", f"acm.beta_target={b}") for b in (0.25, 0.4, 0.6, 0.75)],
         _p("iwslt", "method=moefication", *IWSLT),
+        _p("iwslt", "method=acm", *IWSLT, "acm.beta_target=0.6"),  # the paper's loss weights
         *[_p("iwslt", "method=dense", *IWSLT, f"dense.depth={d}") for d in (0.1667, 0.5)],
         _p("iwslt", "method=dense", *IWSLT, "dense.width=0.5"),
     ],
@@ -89,6 +101,7 @@ PLAN: dict[str, list[Point]] = {
         *[_p("commonvoice", "method=acm", "acm.modules=mlp", "acm.alpha_b=1.0", f"acm.beta_target={b}")
           for b in (0.25, 0.4, 0.6, 0.75)],
         _p("commonvoice", "method=moefication"),
+        _p("commonvoice", "method=acm"),  # every module an ACM (the MLP-only ACMs are the claim's)
     ],
 }
 TASK_ORDER = ("imagenet", "parity", "iwslt", "commonvoice")
@@ -99,6 +112,8 @@ ONE_SEED = {
     _p("commonvoice", "method=dense", "dense.width=0.5"),
     _p("commonvoice", "method=dense", "dense.depth=0.5"),
     _p("iwslt", "method=moefication", *IWSLT),
+    _p("iwslt", "method=acm", *IWSLT, "acm.beta_target=0.6"),
+    _p("commonvoice", "method=acm"),
 }
 
 
@@ -145,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.time()
         print(f"[campaign] {i}/{len(todo)} {dt.datetime.now(dt.timezone.utc):%H:%M:%S} {shlex.join(command)}",
               flush=True)
-        rc = subprocess.run([sys.executable, *command[1:]]).returncode
+        rc = subprocess.run([sys.executable, *command[1:]], cwd=ROOT).returncode
         print(f"[campaign] rc={rc} after {time.time() - start:.0f} s", flush=True)
         if rc == 130:  # interrupted: stop the campaign too
             return rc

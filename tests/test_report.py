@@ -190,6 +190,11 @@ def test_report_removes_the_files_of_sections_whose_rows_are_gone(tmp_path):
     assert gone and not any(Path(p).exists() for p in gone)  # the section's files went with its rows
     assert all(Path(p).exists() for p in second) and (reports / "my_notes.txt").exists()
     assert sum(line.startswith("removed ") for line in said) == len(gone)
+    # a report from another results directory into the same reports directory removes nothing
+    _write_results(tmp_path / "other")
+    kept = sorted(p.name for p in reports.iterdir())
+    report.main(str(tmp_path / "other"), str(reports))
+    assert set(kept) <= {p.name for p in reports.iterdir()}
 
 
 def test_report_without_rows_raises(tmp_path):

@@ -17,7 +17,8 @@ from tasks.imagenet import ImageNetConfig
 N = 4000
 
 
-def _write(results_dir, steps: int, accuracy: float, seed: int, *, d_model: int | None = None, correct=None):
+def _write(results_dir, steps: int, accuracy: float, seed: int, *, d_model: int | None = None, correct=None,
+           threads: int = 2, eval_limit: int = 0, day: int | None = None, minutes: float | None = None):
     """A dense imagenet row trained for ``steps`` under results_dir/curves, scoring ``accuracy`` on N
     examples (the first round(accuracy·N) correct unless ``correct`` gives the mask)."""
     score = (np.arange(N) < round(accuracy * N)).astype(float) if correct is None else correct.astype(float)
@@ -30,16 +31,19 @@ def _write(results_dir, steps: int, accuracy: float, seed: int, *, d_model: int 
         knob_kind="static", seed=seed, variant="", metric="top1", quality=float(score.mean()), higher_is_better=True,
         metric_signature="top1", n_eval=N, macs_mean=1.0, macs_p10=1.0, macs_p50=1.0, macs_p90=1.0, macs_dense=1.0,
         cost_pct_dense=100.0, macs_counted_mean=1.0, cost_check="agree", uncounted_ops="",
-        train_budget=f"{steps} steps x batch 128 (the task's base budget)", train_time_s=steps / 10.0,
-        run_id=f"r{steps}-{seed}-{d_model}", config_hash=f"h{steps}{d_model}", command="test", git_sha="0" * 12,
-        git_dirty=False, versions="", device="cpu", timestamp=f"2026-01-0{seed + 1}T00:00:00Z", timing_threads=2,
+        train_budget=f"{steps} steps x batch 128 (the task's base budget)",
+        train_time_s=steps / 10.0 if minutes is None else minutes * 60.0,
+        run_id=f"r{steps}-{seed}-{d_model}", config_hash=f"h{steps}{d_model}{threads}{eval_limit}", command="test",
+        git_sha="0" * 12, git_dirty=False, versions="", device="cpu",
+        timestamp=f"2026-01-{(seed + 1 if day is None else day):02d}T00:00:00Z", timing_threads=threads,
         latency_b1_ms=math.nan, latency_b1_iqr_ms=math.nan, throughput_per_s=math.nan, throughput_batch=0,
         dense_latency_b1_ms=math.nan, dense_throughput_per_s=math.nan, latency_b1_ratio=math.nan,
         throughput_ratio=math.nan, timing_rounds=0, params=1)
     samples = pd.DataFrame({"target": 0, "prediction": 0, "score": score, "macs": 1.0, "index": np.arange(N)})
-    config_yaml = yaml.safe_dump({"seed": seed, "threads": 2, "imagenet": config,
+    config_yaml = yaml.safe_dump({"seed": seed, "threads": threads, "eval_limit": eval_limit, "imagenet": config,
                                   "dense": {"width": 1.0, "depth": 1.0}})
-    results.append(results_dir / "curves", row, f"w1-d1-{steps}-{d_model}-s{seed}", samples, config_yaml)
+    results.append(results_dir / "curves", row, f"w1-d1-{steps}-{d_model}-t{threads}-e{eval_limit}-s{seed}", samples,
+                   config_yaml)
 
 
 def test_doubling_verdicts_and_non_default_curves(tmp_path):
@@ -97,15 +101,60 @@ def test_quality_targets_follow_the_metric_direction():
     def curve(hib):
         return report_curves.Curve("t", "d", "wer", hib, "", pd.DataFrame(), None)
 
-    point = report_curves.Point(1, 0.25, 0.22, 0.28, [0], [0.25], 1.0, "2", "")
+    point = report_curves.Point(1, 0.25, 0.22, 0.28, [0], [0.25], 1.0)
     assert report_curves.quality_verdict(curve(False), point, 0.30) == report_curves.MET  # WER ≤ 0.30
     assert report_curves.quality_verdict(curve(False), point, 0.20) == report_curves.MISSED
     assert report_curves.quality_verdict(curve(False), point, 0.25) == report_curves.UNSURE
     assert report_curves.quality_verdict(curve(True), point, 0.20) == report_curves.MET  # BLEU-like ≥
-    nan = report_curves.Point(1, 0.25, math.nan, math.nan, [0], [0.25], 1.0, "2", "")
+    nan = report_curves.Point(1, 0.25, math.nan, math.nan, [0], [0.25], 1.0)
     assert report_curves.quality_verdict(curve(True), nan, 0.20) == report_curves.UNSURE
 
 
 def test_no_curve_rows_write_nothing(tmp_path):
     assert report_curves.write(tmp_path, tmp_path / "reports") == []
     assert not (tmp_path / "reports").exists()
+
+
+def test_one_row_per_seed_and_step_and_eval_limit_apart(tmp_path):
+    default = report_curves.default_train_steps("imagenet")
+    _write(tmp_path, default, 0.80, 0, threads=1, day=1)
+    _write(tmp_path, default, 0.80, 0, threads=2, day=2)  # the same model re-evaluated with other threads
+    _write(tmp_path, 2 * default, 0.81, 0)
+    _write(tmp_path, 2 * default, 0.90, 1)  # no seed 1 at N: left out of the paired gain
+    _write(tmp_path, default, 0.50, 0, eval_limit=100)  # another test set: another curve
+    curves = report_curves.load_curves(tmp_path)
+    main = next(c for c in curves if c.is_default)
+    assert len(curves) == 2 and "eval_limit=100" in next(c for c in curves if not c.is_default).setting
+    assert list(main.rows.loc[main.rows["steps"] == default, "seed"]) == [0]
+    (d,) = report_curves.doublings(main, 0.002)
+    assert d.seed_gains == {0: pytest.approx(0.01)} and d.gain == pytest.approx(0.01)
+    assert report_curves._slug(main) == "imagenet" and report_curves._slug(curves[1]).startswith("imagenet_")
+
+
+def test_doubling_gain_of_a_lower_is_better_metric_is_a_drop(tmp_path):
+    default = report_curves.default_train_steps("imagenet")
+    _write(tmp_path, default, 0.70, 0)
+    _write(tmp_path, 2 * default, 0.75, 0)
+    (curve,) = report_curves.load_curves(tmp_path)
+    curve.higher_is_better = False  # read the same scores as an error rate: more is worse
+    (d,) = report_curves.doublings(curve, 0.002)
+    assert d.gain == pytest.approx(-0.05) and d.high < 0 and d.verdict == report_curves.MET
+
+
+def test_unknown_training_time_is_not_a_miss(tmp_path):
+    default = report_curves.default_train_steps("imagenet")
+    _write(tmp_path, default, 0.80, 0, minutes=math.nan)
+    report_curves.write(tmp_path, tmp_path / "reports")
+    line = next(l for l in (tmp_path / "reports" / "curves.md").read_text().splitlines()
+                if "base trains in" in l and l.startswith("| imagenet"))
+    assert line.rstrip().endswith("| n/a | inconclusive |")
+    _write(tmp_path, default, 0.80, 0, minutes=75.0, day=5)
+    report_curves.write(tmp_path, tmp_path / "reports")
+    line = next(l for l in (tmp_path / "reports" / "curves.md").read_text().splitlines()
+                if "base trains in" in l and l.startswith("| imagenet"))
+    assert line.rstrip().endswith("| 75.0 min | missed |")
+
+
+def test_a_target_belongs_to_its_task():
+    assert report_curves.base_target("iwslt").quality == pytest.approx(10.0)
+    assert report_curves.base_target("wmt") is None  # registered from the same package, another target

@@ -9,5 +9,5 @@ from bench.claims import BaseTarget
 
 CLAIMS: list = []  # no paper claim is tested on the task itself
 
-BASE_TARGET = BaseTarget(quality=10.0, minutes=60.0,
+BASE_TARGET = BaseTarget("iwslt", quality=10.0, minutes=60.0,
                          source="offline defaults: dense sacreBLEU ≥ 10 on the trans-de-en test set; ≤ 60 min on 2 cores")
