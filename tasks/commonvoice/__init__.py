@@ -2,7 +2,7 @@
 
 Offline default: real English sentences (Debian ``trans-de-en``) spoken by Debian ``espeak-ng`` (7 accents
 × 12 voice variants, random speed and pitch), 3 s clips, 40 log-mel bins; a conv stem (4× subsampling),
-the shared encoder skeleton (d 96, 4 layers, 4 heads, MLP 384) and a per-token CTC head over 29 symbols.
+the shared encoder skeleton (d 192, 4 layers, 4 heads, MLP 768) and a per-token CTC head over 29 symbols.
 ``commonvoice.eval_set=pocketsphinx`` scores the same model on pocketsphinx-testdata's real recordings;
 ``commonvoice.source=tsv`` reads a CommonVoice release directory through HuggingFace ``datasets``.
 ``commonvoice.pretrained=<dir>`` starts from a HuggingFace wav2vec 2.0 / XLS-R CTC checkpoint on disk
