@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -857,7 +858,8 @@ def main(results_dir: str = "results", reports_dir: str = "reports", echo=print)
     written = write_all(results_dir, reports_dir, echo)
     out = Path(reports_dir)
     manifest = out / MANIFEST
-    source = f"results_dir: {Path(results_dir).resolve()}"
+    # the results dir relative to the reports dir, so a committed manifest holds in any clone
+    source = f"results_dir: {os.path.relpath(Path(results_dir).resolve(), out.resolve())}"
     previous = manifest.read_text().split("\n") if manifest.exists() else []
     names = sorted({Path(p).name for p in written if Path(p).parent.resolve() == out.resolve()})
     if previous and previous[0] == source:
