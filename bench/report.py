@@ -697,6 +697,8 @@ def _header(results_dir: str, n_rows: int, delta: float) -> list[str]:
         f"Hypervolume: cost as a fraction of dense cost, reference point = ({REFERENCE_COST:g} × dense cost, "
         f"reference quality per metric: {refs}; other metrics 0 if ↑, 1 if ↓).",
         "Pareto-optimal: yes (k/n) = k of the method's n points are on the task's overall front.",
+        "What has been run (points, seeds, protocol per method): [status.md](status.md); how long the dense "
+        "bases train and what more steps would gain: [curves.md](curves.md).",
     ]
 
 
