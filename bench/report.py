@@ -305,7 +305,7 @@ def _curve_labels(rows) -> list[str]:
     table."""
     if "setting" not in rows:
         rows = rows.assign(setting="")
-    protocol = (rows["protocol"] if "protocol" in rows else rows["method"].map(lambda _: math.nan)).fillna(1)
+    protocol = protocol_versions(rows)
     protocols_per_method = protocol.groupby(rows["method"]).nunique()
     knobs_per_method = rows.groupby("method")["knob_name"].nunique()
     short = {m: _distinct_parts([str(v) for v in group.unique()])
@@ -659,6 +659,23 @@ def render_html(markdown_text: str, title: str) -> str:
             f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head><body>\n{body}\n</body></html>\n")
 
 
+def write_page(reports_dir: Path | str, stem: str, markdown_text: str, title: str) -> list[str]:
+    """Write ``<stem>.md`` and its standalone ``<stem>.html`` (:func:`render_html`) atomically into
+    ``reports_dir``; return both paths."""
+    out = Path(reports_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    md, page = out / f"{stem}.md", out / f"{stem}.html"
+    results.atomic_write_text(md, markdown_text)
+    results.atomic_write_text(page, render_html(markdown_text, title))
+    return [str(md), str(page)]
+
+
+def protocol_versions(rows):
+    """Each row's training-protocol version (rows without a ``protocol`` column were made under version 1)."""
+    protocol = rows["protocol"] if "protocol" in rows else rows["method"].map(lambda _: math.nan)
+    return protocol.fillna(1).astype(int)
+
+
 def _section_notes(view: TaskView, delta: float) -> list[str]:
     unit, scale = macs_unit(view.macs_dense)
     arrow = "↑" if view.higher_is_better else "↓"
@@ -722,11 +739,7 @@ def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[st
                                          ("All rows", rows_table(view))):
             md += ["", f"### {caption}: {md_escape(view.task)}, {md_escape(view.dataset[:40])}", "",
                    markdown_table(header, table)]
-    text = "\n".join(md) + "\n"
-    paths = [reports_dir / "leaderboard.md", reports_dir / "leaderboard.html"]
-    results.atomic_write_text(paths[0], text)
-    results.atomic_write_text(paths[1], render_html(text, "Leaderboard"))
-    return [str(p) for p in paths]
+    return write_page(reports_dir, "leaderboard", "\n".join(md) + "\n", "Leaderboard")
 
 
 def kernel_report(results_dir: Path, reports_dir: Path) -> list[str]:

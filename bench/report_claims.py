@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import results, stats
+from bench import stats
 from bench.claims import Beats, Claim, Increases, Reaches, Select
 from bench.report import (NA, TaskView, _goodness, hull_draws, knob_label, markdown_table, md_escape,
-                          quality_at_budget, render_html)
+                          quality_at_budget, write_page)
 
 HOLDS, FAILS, UNSURE = "holds", "does not hold", "inconclusive"
 RULES = [
@@ -438,8 +438,5 @@ def write(views: list[TaskView], reports_dir: Path, results_dir, echo=print) -> 
     claim_results = [evaluate(c, views, results_dir) for c in registered_claims()]
     for r in claim_results:
         echo(f"  claim {r.claim.id}: {r.verdict}")
-    text = claims_markdown(claim_results, str(results_dir))
-    paths = [Path(reports_dir) / "claims.md", Path(reports_dir) / "claims.html"]
-    results.atomic_write_text(paths[0], text)
-    results.atomic_write_text(paths[1], render_html(text, "Paper claims"))
-    return [str(p) for p in paths], summary_lines(claim_results) if claim_results else []
+    paths = write_page(reports_dir, "claims", claims_markdown(claim_results, str(results_dir)), "Paper claims")
+    return paths, summary_lines(claim_results) if claim_results else []

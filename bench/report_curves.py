@@ -35,9 +35,11 @@ from pathlib import Path
 import numpy as np
 
 from bench import results, stats
-from bench.report import markdown_table, md_escape, render_html
+from bench.report import markdown_table, md_escape, write_page
+from bench.report_claims import FAILS, HOLDS, verdict
 
 MET, MISSED, UNSURE = "met", "missed", "inconclusive"
+AS_TARGET = {HOLDS: MET, FAILS: MISSED}  # the claims' verdicts, read as a target's
 CURVES_DIR = "curves"
 
 
@@ -71,36 +73,32 @@ def train_steps(budget: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _default(f) -> object:
+def _config_defaults(task: str) -> dict[str, object]:
+    """The default of every key of the task's config dataclass ({} for an unregistered task)."""
     from dataclasses import MISSING
 
-    return f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
-
-
-def task_defaults(task: str) -> dict[str, str]:
-    """The task's config defaults as a curve setting (``<task>.<key>`` -> str), with the dense base size."""
     from bench import registry
 
     try:
         spec = registry.task_spec(task)
     except registry.RegistryError:
         return {}
-    out = {f"{task}.{f.name}": str(_default(f)) for f in fields(spec.config) if f.name != "train_steps"}
+    return {f.name: f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
+            for f in fields(spec.config)}
+
+
+def task_defaults(task: str) -> dict[str, str]:
+    """The task's config defaults as a curve setting (``<task>.<key>`` -> str), with the dense base size."""
+    out = {f"{task}.{k}": str(v) for k, v in _config_defaults(task).items() if k != "train_steps"}
+    if not out:
+        return {}
     return {**out, "dense.width": "1.0", "dense.depth": "1.0", "eval_limit": "0",
             **{k: str(v) for k, v in results.IMPLICIT_DEFAULTS.items()}}
 
 
 def default_train_steps(task: str) -> int | None:
-    from bench import registry
-
-    try:
-        spec = registry.task_spec(task)
-    except registry.RegistryError:
-        return None
-    for f in fields(spec.config):
-        if f.name == "train_steps":
-            return int(f.default)
-    return None
+    steps = _config_defaults(task).get("train_steps")
+    return None if steps is None else int(steps)
 
 
 def base_target(task: str):
@@ -144,22 +142,22 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
     frame = latest_rows(frame)
     frame["steps"] = frame["train_budget"].map(train_steps)
     frame = frame[frame["steps"].notna()].copy()
-    settings = []
+    by_key: dict[str, dict[str, str]] = {}  # setting hash -> setting
+    keys = []
     for row in frame.to_dict("records"):
         path = Path(row["row_file"])
         config_path = path.with_name(path.name[:-len(".csv")] + ".config.yaml")
         config = yaml.safe_load(config_path.read_text()) if config_path.exists() else {}
-        settings.append(_curve_setting(config or {}, row["task"]))
-    frame["setting_key"] = [results.stable_hash(s) for s in settings]
-    frame["_when"] = frame["timestamp"].astype(str)
+        setting = _curve_setting(config or {}, row["task"])
+        keys.append(results.stable_hash(setting))
+        by_key[keys[-1]] = setting
+    frame["setting_key"] = keys
     # one row per (curve, steps, seed): a re-evaluation of the same model (other threads/timing) keeps the latest
-    frame = frame.sort_values("_when", kind="stable").drop_duplicates(
+    frame = frame.sort_values("timestamp", kind="stable").drop_duplicates(
         ["task", "dataset", "setting_key", "steps", "seed"], keep="last")
-    settings = [s for s in settings if results.stable_hash(s) in set(frame["setting_key"])]
     curves = []
     for (task, dataset), group in frame.groupby(["task", "dataset"], sort=True):
         keys = sorted(set(group["setting_key"]))
-        by_key = {results.stable_hash(s): s for s in settings}
         for key in keys:
             rows = group[group["setting_key"] == key].reset_index(drop=True)
             setting = ""
@@ -241,19 +239,16 @@ def doublings(curve: Curve, threshold: float | None) -> list[Doubling]:
 
 
 def below(low: float, high: float, threshold: float) -> str:
-    """Whether a quantity is below ``threshold`` at 95%: met / missed / inconclusive (no CI: inconclusive)."""
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return UNSURE
-    return MET if high < threshold else MISSED if low >= threshold else UNSURE
+    """Whether a quantity is below ``threshold`` at 95% (the claims' rule on its negation): met / missed /
+    inconclusive (no CI: inconclusive)."""
+    return AS_TARGET.get(verdict(-high, -low, -threshold), UNSURE)
 
 
 def quality_verdict(curve: Curve, point: Point, threshold: float) -> str:
-    """Whether a point reaches ``threshold`` in the metric's direction at 95%."""
-    if not (math.isfinite(point.low) and math.isfinite(point.high)):
-        return UNSURE
-    if curve.higher_is_better:
-        return MET if point.low >= threshold else MISSED if point.high < threshold else UNSURE
-    return MET if point.high <= threshold else MISSED if point.low > threshold else UNSURE
+    """Whether a point reaches ``threshold`` in the metric's direction at 95% (the claims' rule)."""
+    s = curve.sign()
+    low, high = sorted((s * point.low, s * point.high))
+    return AS_TARGET.get(verdict(low, high, s * threshold), UNSURE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -398,8 +393,5 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
         lines += ["## Summary", "", markdown_table(["task", "default steps", "target", "value [95% CI]",
                                                     "verdict"], summary_rows), ""]
     lines += sections
-    text = "\n".join(lines).rstrip() + "\n"
-    md, html = out / "curves.md", out / "curves.html"
-    results.atomic_write_text(md, text)
-    results.atomic_write_text(html, render_html(text, "Learning curves of the dense base models"))
-    return written + [str(md), str(html)]
+    return written + write_page(out, "curves", "\n".join(lines).rstrip() + "\n",
+                                "Learning curves of the dense base models")

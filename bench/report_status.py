@@ -8,24 +8,15 @@ applicable at all, and why not, is ``python -m bench ls``; this page says only w
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-from bench import results
-from bench.report import markdown_table, render_html
-
-
-def _protocol(value) -> int:
-    try:
-        return 1 if value is None or (isinstance(value, float) and math.isnan(value)) else int(value)
-    except (TypeError, ValueError):
-        return 1
+from bench.report import markdown_table, protocol_versions, write_page
 
 
 def cell(rows) -> str:
     """One method's rows on one (task, dataset) as a short text: points, seeds and protocol per group."""
     parts = []
-    rows = rows.assign(_protocol=[_protocol(v) for v in (rows["protocol"] if "protocol" in rows else [None] * len(rows))])
+    rows = rows.assign(_protocol=protocol_versions(rows))
     for protocol, group in sorted(rows.groupby("_protocol"), key=lambda kv: kv[0]):
         points = group.groupby(["variant", "knob_value"], dropna=False)["seed"].apply(lambda s: tuple(sorted(set(s))))
         by_seeds: dict[tuple, int] = {}
@@ -58,9 +49,4 @@ def write(frame, reports_dir: Path | str, results_dir: str = "results") -> list[
         "Every row holds the command that made it (`command` column). Which methods apply to which tasks, "
         "and why not: `python -m bench ls`.", "",
         markdown_table(header, table), ""])
-    out = Path(reports_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    md, html = out / "status.md", out / "status.html"
-    results.atomic_write_text(md, text)
-    results.atomic_write_text(html, render_html(text, "What has been run"))
-    return [str(md), str(html)]
+    return write_page(reports_dir, "status", text, "What has been run")
