@@ -297,8 +297,9 @@ def plot_curve(curve: Curve, pts: list[Point], target, path: Path) -> Path:
     ax.minorticks_off()
     ax.set_xlabel("dense base training steps (log scale)")
     ax.set_ylabel(f"{curve.metric} {'↑' if curve.higher_is_better else '↓'}")
-    title = f"{curve.task}: dense base learning curve"
-    ax.set_title(title + (f"\n{curve.setting}" if curve.setting else ""), fontsize=10)
+    dataset = curve.dataset if len(curve.dataset) <= 70 else curve.dataset[:67] + "..."
+    title = f"{curve.task}: dense base learning curve\n{dataset}"  # the dataset actually used
+    ax.set_title(title + (f"\n{curve.setting}" if curve.setting else ""), fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     save_figure(fig, path)
