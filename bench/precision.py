@@ -5,7 +5,8 @@ fp32 runs as before (no autocast, no casts).
 * **Training** with bf16 or fp16 runs the loss under ``torch.autocast`` on the run's device type (CUDA or
   CPU): matmuls, convolutions and attention in the low-precision dtype, norms and softmax in fp32, master
   weights and optimizer state in fp32 (mixed precision).  fp16 scales the loss with
-  ``torch.amp.GradScaler`` (bf16 has fp32's exponent range and needs none).
+  ``torch.amp.GradScaler`` (bf16 has fp32's exponent range and needs none), with a fused Adam that takes the
+  scaler's inf check on the device (bench/train.py), so no step waits for the host.
 * **Evaluation, the MAC counter and the timer** run the trained model *cast* to the dtype (weights and
   activations in bf16/fp16, floating-point inputs cast on entry), as a model is deployed: the methods' real
   paths scatter results into buffers of their inputs' dtype, which autocast's mixed dtypes would break.
@@ -46,6 +47,11 @@ def cast_input(x: torch.Tensor, precision: str) -> torch.Tensor:
     return x.to(DTYPES[precision]) if precision != "fp32" and x.is_floating_point() else x
 
 
+def needs_scaler(precision: str) -> bool:
+    """fp16 alone needs loss scaling (bf16 has fp32's exponent range)."""
+    return precision == "fp16"
+
+
 def grad_scaler(precision: str, device: str) -> torch.amp.GradScaler:
     """A GradScaler that is enabled only for fp16 (disabled, it passes losses and steps through)."""
-    return torch.amp.GradScaler(torch.device(device).type, enabled=precision == "fp16")
+    return torch.amp.GradScaler(torch.device(device).type, enabled=needs_scaler(precision))

@@ -154,6 +154,65 @@ def test_accumulation_matches_one_batch_and_fp16_scaler_runs(tmp_path):
         assert torch.equal(a, b)  # a batch built in a DataLoader worker is the same batch
 
 
+_HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__")
+
+
+def _host_reads(tmp: Path, steps: int, precision: str) -> int:
+    """How many times training reads a tensor back to the host in ``steps`` steps (losses read at the end)."""
+    reads = {"n": 0}
+    originals = {name: getattr(torch.Tensor, name) for name in _HOST_READS}
+    for name, original in originals.items():
+        def counted(self, *args, _original=original, **kwargs):
+            reads["n"] += 1
+            return _original(self, *args, **kwargs)
+
+        setattr(torch.Tensor, name, counted)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+    xs, ys = torch.randn(steps, 12, 6), torch.randint(0, 3, (steps, 12))
+    try:
+        train.fit(model, lambda s: Batch(xs[s], ys[s]), lambda m, b: nn.functional.cross_entropy(m(b.x), b.y),
+                  steps=steps, lr=0.05, ckpt=tmp / f"reads-{precision}-{steps}.pt",
+                  desc="reads", precision=precision, log_every=10_000, save_every_s=1e9)
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
+    return reads["n"]
+
+
+def test_fp16_training_steps_do_not_wait_for_the_host(tmp_path):
+    """With fp16, eight more steps add no read of a tensor: losses stay on the device until the log, and the
+    GradScaler hands its inf check to the fused optimizer instead of reading it back (with the unfused
+    optimizer, ``GradScaler.step`` calls ``.item()`` on that device tensor every step, which fails this
+    test).  fp32/bf16 keep the unfused Adam, which reads its step counter, a host tensor on every device:
+    that read waits for nothing (``state['step']`` lives on the CPU unless the optimizer is fused)."""
+    short, long = _host_reads(tmp_path, 4, "fp16"), _host_reads(tmp_path, 12, "fp16")
+    assert long == short
+
+
+def test_fp16_skips_a_step_with_infinite_gradients(tmp_path):
+    """Loss scaling still works on the device: a step whose gradients overflow leaves the weights as they
+    were and halves the scale; the next finite step trains."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    xs, ys = torch.randn(2, 12, 6), torch.randint(0, 3, (2, 12))
+
+    def loss_fn(m, b):
+        loss = nn.functional.cross_entropy(m(b.x), b.y)
+        return loss * float("inf") if torch.equal(b.x, xs[0]) else loss
+
+    train.fit(model, lambda s: Batch(xs[s], ys[s]), loss_fn, steps=1, lr=0.05, ckpt=tmp_path / "one.pt",
+              desc="inf", precision="fp16")
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    model2 = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+    model2.load_state_dict(before)
+    train.fit(model2, lambda s: Batch(xs[s], ys[s]), loss_fn, steps=2, lr=0.05, ckpt=tmp_path / "two.pt",
+              desc="inf", precision="fp16")
+    assert not torch.equal(model2[0].weight, before["0.weight"])  # the finite second step trained
+
+
 # --- streaming evaluation -------------------------------------------------------------------------------
 def test_evaluation_holds_one_batch_at_a_time(tmp_path):
     task, method, model = build_tiny("dense", "imagenet", tmp_path, "imagenet.eval_samples=600")
