@@ -26,6 +26,10 @@ class CommonVoiceConfig:
     data_dir: str = param("", help="tsv: CommonVoice directory (e.g. cv-corpus-17.0/en) with <split>.tsv, clips/")
     train_split: str = param("train", help="tsv: training split (file <split>.tsv)")
     eval_split: str = param("test", help="tsv: evaluation split (file <split>.tsv)")
+    streaming: bool = param(False, help="tsv: decode each step's training clips when it draws them and stream the "
+                                        "evaluation split (HF IterableDataset), one batch of audio at a time, "
+                                        "instead of computing every clip's features up front; log-mel statistics "
+                                        "from the first 1000 training clips")
     text_key: str = param("sentence", help="tsv: transcript column")
     path_key: str = param("path", help="tsv: audio file column (relative to clips/)")
     sentences: str = param("/usr/share/trans/de-en", help="espeak: the trans-de-en dictionary file")

@@ -2,7 +2,9 @@
 
 Data (``commonvoice.source``; corpora are built once and cached under ``<cache_dir>/commonvoice/data``):
   espeak  offline default: real English sentences spoken by espeak-ng (tasks/commonvoice/data.py);
-  tsv     a CommonVoice release directory (``<split>.tsv`` + ``clips/``) via HuggingFace ``datasets``.
+  tsv     a CommonVoice release directory (``<split>.tsv`` + ``clips/``) via HuggingFace ``datasets``;
+          ``streaming=true`` decodes training clips per step and streams the evaluation split instead of
+          building corpora (tasks/commonvoice/streaming.py).
 ``commonvoice.eval_set=pocketsphinx`` evaluates the same model on the real recordings of
 pocketsphinx-testdata instead (a smoke test of real speech; rows name that dataset).
 
@@ -48,6 +50,7 @@ from bench.models.transformer import EncoderConfig
 from tasks.commonvoice import data as D
 from tasks.commonvoice import features as F
 from tasks.commonvoice import pretrained as P
+from tasks.commonvoice import streaming as S
 from tasks.commonvoice import text as T
 from tasks.commonvoice.model import build_ctc_encoder
 
@@ -87,13 +90,19 @@ class CommonVoiceTask(Task):
             self.vocab: P.CheckpointVocab | None = self._checkpoint.vocab
         else:
             self.vocab = None
-        self.train = self._train_corpus()
+        self.streaming = bool(cfg.streaming)
+        if self.streaming and (self.source != "tsv" or str(cfg.eval_set) != "default"):
+            raise UserError("commonvoice.streaming=true reads a CommonVoice release (commonvoice.source=tsv, "
+                            "eval_set=default); the offline sets are built once and cached: leave it false")
+        self.train: Corpus | S.LazyClips = self._lazy_train() if self.streaming else self._train_corpus()
         if len(self.train) == 0:
             raise UserError(f"commonvoice: no training utterance fits a {cfg.clip_seconds} s clip; raise "
                             "commonvoice.clip_seconds")
-        self.eval = self._eval_corpus()
+        self.eval: Corpus | S.EvalStream = self._eval_stream() if self.streaming else self._eval_corpus()
         if self.pretrained:  # waveform clips: no log-mel standardisation
             self.mean, self.std = torch.zeros(1), torch.ones(1)
+        elif isinstance(self.train, S.LazyClips):
+            self.mean, self.std = S.log_mel_statistics(self.train, int(cfg.n_mels))
         else:
             feats = self.train.features.reshape(-1, self.train.features.shape[-1])
             self.mean, self.std = feats.mean(dim=0), feats.std(dim=0).clamp_min(1e-3)
@@ -196,6 +205,25 @@ class CommonVoiceTask(Task):
             items = items[: int(c.eval_utterances)]
         return self._recordings(f"tsv-{c.eval_split}", items, clip_samples=None, reader=D.read_audio)
 
+    def _lazy_train(self) -> S.LazyClips:
+        c = self.cfg
+        items = D.tsv_items(str(c.data_dir), str(c.train_split), str(c.text_key), str(c.path_key))
+        if int(c.train_utterances):
+            items = items[: int(c.train_utterances)]
+        return S.lazy_training_set(items, data_dir=str(c.data_dir), clip_samples=self.clip_samples,
+                                   cache_dir=Path(self.run.cache_dir))
+
+    def _eval_stream(self) -> S.EvalStream:
+        c = self.cfg
+        limits = [n for n in (int(c.eval_utterances), int(c.eval_samples)) if n]
+        return S.EvalStream(data_dir=str(c.data_dir), split=str(c.eval_split), text_key=str(c.text_key),
+                            path_key=str(c.path_key), limit=min(limits) if limits else 0,
+                            min_clip_samples=self.clip_samples)
+
+    def _featurize(self, clips: np.ndarray) -> Tensor:
+        """[N, samples] clips -> the model's input: waveforms for a checkpoint, else log-mel frames."""
+        return torch.from_numpy(clips) if self.pretrained else F.clips_to_features(clips, int(self.cfg.n_mels))
+
     # --- data -------------------------------------------------------------------------------------
     @property
     def dataset(self) -> str:
@@ -211,6 +239,9 @@ class CommonVoiceTask(Task):
         else:
             where = f"{c.eval_split}"
         n = self._eval_count()
+        if isinstance(self.eval, S.EvalStream):
+            return (f"{train}; eval {where} streamed: {n} utterances; {self.eval.clip_samples / F.SAMPLE_RATE:g} s "
+                    f"clips, speech {100 * self.eval.speech_share:.0f}% of clip time")
         return (f"{train}; eval {where}: {self.eval.description}"
                 + (f", first {n}" if n < len(self.eval) else "")
                 + f"; {self.eval.clip_seconds:g} s clips, speech {100 * self.eval.speech_share:.0f}% of clip time")
@@ -225,16 +256,21 @@ class CommonVoiceTask(Task):
                 f"@16k/25ms/10ms|clip>={c.clip_seconds:g}s")
 
     def _eval_count(self) -> int:
+        if isinstance(self.eval, S.EvalStream):
+            return self.eval.count  # already limited by eval_utterances and eval_samples
         limit = int(self.cfg.eval_samples)
         return min(limit, len(self.eval)) if limit else len(self.eval)
 
     def train_batch(self, step: int, batch_size: int) -> Batch:
         rng = np.random.default_rng([int(self.run.seed), int(step), 7])
         idx = rng.choice(len(self.train), size=min(batch_size, len(self.train)), replace=False)
-        x = self.train.features[idx].clone()
+        if isinstance(self.train, S.LazyClips):
+            x, y = self.train.batch(idx, self._featurize)  # decoded now (in a DataLoader worker if any)
+        else:
+            x, y = self.train.features[idx].clone(), self.train.labels[idx]
         if bool(self.cfg.spec_augment) and not self.pretrained:
             self._spec_augment(x, rng)
-        return Batch(x, self.train.labels[idx], {"index": torch.as_tensor(idx)})
+        return Batch(x, y, {"index": torch.as_tensor(idx)})
 
     def _spec_augment(self, x: Tensor, rng: np.random.Generator) -> None:
         """SpecAugment-style masks (Park et al. 2019), in place: per utterance 2 mel bands of width ≤ 6 and
@@ -251,15 +287,27 @@ class CommonVoiceTask(Task):
 
     def eval_batches(self) -> Iterable[Batch]:
         size, total = int(self.cfg.eval_batch), self._eval_count()
+        if isinstance(self.eval, S.EvalStream):  # one decoded batch at a time
+            start = 0
+            for x, y, _ in self.eval.batches(size, self._featurize):
+                yield Batch(x, y, {"index": torch.arange(start, start + len(y))})
+                start += len(y)
+            return
         for start in range(0, total, size):
             stop = min(total, start + size)
             yield Batch(self.eval.features[start:stop], self.eval.labels[start:stop],
                         {"index": torch.arange(start, stop)})
 
     def example_input(self, batch_size: int) -> Tensor:
-        x = self.eval.features[: min(batch_size, len(self.eval))]
+        x = self._example_pool(batch_size)
         reps = (-(-batch_size // len(x)),) + (1,) * (x.dim() - 1)
         return x.repeat(*reps)[:batch_size]
+
+    @functools.lru_cache(maxsize=2)
+    def _example_pool(self, batch_size: int) -> Tensor:
+        if isinstance(self.eval, S.EvalStream):
+            return next(iter(self.eval.batches(min(batch_size, self.eval.count), self._featurize)))[0]
+        return self.eval.features[: min(batch_size, len(self.eval))]
 
     # --- model ------------------------------------------------------------------------------------
     def encoder_config(self, width: float = 1.0, depth: float = 1.0) -> EncoderConfig:

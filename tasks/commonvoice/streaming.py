@@ -1,0 +1,216 @@
+"""CommonVoice read lazily (``commonvoice.streaming=true``, ``source=tsv``): audio is decoded when it is used.
+
+The map-style reader (task.py ``_recordings``) computes every selected clip's features up front and keeps
+them in memory and in one cache file: fine for the offline sets, about 0.3 MB per 10 s clip at 80 bins,
+so hundreds of GB for a full English release.  Here:
+
+* **Training** keeps only the item table (audio path, normalised sentence, duration) of the clips that fit
+  ``clip_seconds``.  The batch of step s is still drawn from (seed, s) alone (random access into that
+  table, as imagenet's memory-mapped training split), and only its clips are decoded, in the DataLoader's
+  workers when ``num_workers`` > 0.  Durations come from the release's ``clip_durations.tsv`` (columns
+  ``clip``, ``duration[ms]``) when it lists every clip, otherwise from each file (a WAV's header; other
+  formats are decoded once), cached per item list.
+* **Evaluation** reads ``<eval_split>.tsv`` as a streamed HuggingFace ``IterableDataset`` (csv builder,
+  tab-separated) and decodes one batch of clips at a time.  One pass over the stream first measures the
+  clips (header reads; only the running maximum and sum are kept) so that every evaluation clip has the
+  map-style reader's length: the longest utterance rounded up to 0.5 s, at least ``clip_seconds``.
+
+Standardisation: the map-style reader standardises log-mels by the mean and deviation over every training
+frame; streaming uses the first :data:`NORM_UTTERANCES` training clips (it cannot hold them all), so the two
+readers train slightly different models (the base model's key includes ``streaming``).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import os
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from bench.errors import UserError
+from tasks.commonvoice import data as D
+from tasks.commonvoice import features as F
+from tasks.commonvoice import text as T
+
+NORM_UTTERANCES = 1000  # training clips whose log-mel frames give the standardisation statistics
+DURATIONS_FILE = "clip_durations.tsv"  # CommonVoice releases: clip name, duration in milliseconds
+Featurize = Callable[[np.ndarray], Tensor]  # [N, samples] clips -> the model's input
+
+
+def seconds_of(path: Path | str) -> float:
+    """Speech length of one file at 16 kHz: a WAV's header, any other format decoded."""
+    path = str(path)
+    if path.lower().endswith(".wav"):
+        try:
+            with wave.open(path, "rb") as handle:
+                return handle.getnframes() / handle.getframerate()
+        except (wave.Error, EOFError):
+            pass  # not PCM: decode it below
+    audio, rate = D.read_audio(path)
+    return len(audio) / rate
+
+
+def release_durations(data_dir: str) -> dict[str, float]:
+    """clip name -> seconds from ``<data_dir>/clip_durations.tsv`` ({} without it)."""
+    path = Path(data_dir) / DURATIONS_FILE
+    if not path.exists():
+        return {}
+    out = {}
+    with open(path, encoding="utf-8", newline="") as handle:
+        for row in csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE):
+            try:
+                out[row["clip"]] = float(row["duration[ms]"]) / 1000.0
+            except (KeyError, TypeError, ValueError):
+                raise UserError(f"commonvoice: {path} needs columns 'clip' and 'duration[ms]' (a CommonVoice "
+                                "release's clip_durations.tsv); remove or fix it") from None
+    return out
+
+
+def durations(items: list[tuple[Path, str]], data_dir: str, cache_dir: Path) -> np.ndarray:
+    """Seconds of every item: the release's table when it lists them all, else the files (cached)."""
+    table = release_durations(data_dir)
+    if table and all(p.name in table for p, _ in items):
+        return np.array([table[p.name] for p, _ in items], dtype=np.float64)
+    key = hashlib.sha256(json.dumps([(str(p), os.path.getsize(p)) for p, _ in items]).encode()).hexdigest()[:12]
+    path = Path(cache_dir) / "commonvoice" / "data" / f"durations-{key}.npy"
+    if path.exists():
+        return np.load(path)
+    seconds = np.array([seconds_of(p) for p, _ in items], dtype=np.float64)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npy")
+    np.save(tmp, seconds)
+    os.replace(tmp, path)
+    return seconds
+
+
+def decode(paths: list[Path | str], clip_samples: int) -> np.ndarray:
+    """[N, clip_samples] 16 kHz clips of ``paths`` (resampled, padded with silence)."""
+    return np.stack([F.clip(F.resample(*D.read_audio(p)), clip_samples) for p in paths])
+
+
+@dataclass
+class LazyClips:
+    """The training clips that fit the clip, decoded when a batch draws them."""
+
+    paths: list[Path]
+    texts: list[str]
+    seconds: np.ndarray
+    clip_samples: int
+    width: int  # label columns (the longest sentence)
+    dropped: int  # clips longer than the clip, left out
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @property
+    def description(self) -> str:
+        note = f" ({self.dropped} longer than the clip left out)" if self.dropped else ""
+        return f"{len(self)} utterances{note}, decoded per step"
+
+    def batch(self, idx: np.ndarray, featurize: Featurize) -> tuple[Tensor, Tensor]:
+        clips = decode([self.paths[i] for i in idx], self.clip_samples)
+        labels = T.pad_ids([T.encode(self.texts[i]) for i in idx], self.width)
+        return featurize(clips), labels
+
+
+def lazy_training_set(items: list[tuple[Path, str]], *, data_dir: str, clip_samples: int,
+                      cache_dir: Path) -> LazyClips:
+    seconds = durations(items, data_dir, cache_dir)
+    keep = np.flatnonzero(seconds * F.SAMPLE_RATE <= clip_samples)
+    kept = [items[i] for i in keep]
+    width = max([len(s) for _, s in kept] + [1])
+    return LazyClips([p for p, _ in kept], [s for _, s in kept], seconds[keep], clip_samples, width,
+                     len(items) - len(kept))
+
+
+def log_mel_statistics(train: LazyClips, n_mels: int) -> tuple[Tensor, Tensor]:
+    """Mean and deviation per mel bin over the frames of the first :data:`NORM_UTTERANCES` training clips,
+    accumulated one chunk at a time (float64 sums)."""
+    total, squares, frames = torch.zeros(n_mels, dtype=torch.float64), torch.zeros(n_mels, dtype=torch.float64), 0
+    n = min(NORM_UTTERANCES, len(train))
+    for start in range(0, n, 64):
+        feats = F.clips_to_features(decode(train.paths[start:min(n, start + 64)], train.clip_samples), n_mels)
+        flat = feats.reshape(-1, n_mels).double()
+        total += flat.sum(dim=0)
+        squares += (flat * flat).sum(dim=0)
+        frames += flat.shape[0]
+    mean = total / frames
+    var = (squares - frames * mean * mean) / max(frames - 1, 1)  # unbiased, as torch.std
+    return mean.float(), var.clamp_min(0).sqrt().float().clamp_min(1e-3)
+
+
+class EvalStream:
+    """``<split>.tsv`` of a release read as a streamed HuggingFace ``IterableDataset``."""
+
+    def __init__(self, *, data_dir: str, split: str, text_key: str, path_key: str, limit: int,
+                 min_clip_samples: int):
+        self.data_dir, self.split, self.limit = data_dir, split, limit
+        self.text_key, self.path_key = text_key, path_key
+        tsv = Path(data_dir) / f"{split}.tsv"
+        if not data_dir or not tsv.exists():
+            raise UserError(f"commonvoice.data_dir={data_dir or '(unset)'}: no {split}.tsv there; point it at a "
+                            "CommonVoice release directory (<split>.tsv + clips/)")
+        self.tsv = tsv
+        count, longest, speech, width = 0, 0.0, 0.0, 1
+        for path, sentence in self.items():  # pass 1: lengths only
+            seconds = seconds_of(path)
+            count, longest, speech = count + 1, max(longest, seconds), speech + seconds
+            width = max(width, len(sentence))
+        if not count:
+            raise UserError(f"commonvoice: {tsv} has no utterance with a transcript")
+        self.count, self.width = count, width  # label columns: the longest sentence (every batch alike)
+        self.clip_samples = max(min_clip_samples, F.seconds_to_samples(math.ceil(longest * 2) / 2))
+        self.speech_share = speech / (count * self.clip_samples / F.SAMPLE_RATE)
+
+    def _rows(self) -> Iterator[dict[str, Any]]:
+        from datasets import load_dataset
+
+        stream = load_dataset("csv", data_files={self.split: str(self.tsv)}, delimiter="\t", split=self.split,
+                              quoting=3, keep_default_na=False, streaming=True)
+        return iter(stream)
+
+    def items(self) -> Iterator[tuple[Path, str]]:
+        """(audio path, normalised sentence) of the split's rows with a transcript, the first ``limit``."""
+        clips = Path(self.data_dir) / "clips"
+        seen = 0
+        for row in self._rows():
+            if self.limit and seen >= self.limit:
+                return
+            for key in (self.text_key, self.path_key):
+                if key not in row:
+                    raise UserError(f"commonvoice: {self.tsv} has no column '{key}' (columns: {', '.join(row)}); "
+                                    "set commonvoice.text_key / commonvoice.path_key")
+            name = str(row[self.path_key])
+            path = Path(name) if os.path.isabs(name) else (clips / name if clips.is_dir() else Path(self.data_dir) / name)
+            sentence = T.normalize(str(row[self.text_key]))
+            if not sentence:
+                continue
+            if not path.exists():
+                raise UserError(f"commonvoice: audio file {path} of {self.tsv} is missing")
+            seen += 1
+            yield path, sentence
+
+    def batches(self, size: int, featurize: Featurize) -> Iterator[tuple[Tensor, Tensor, list[str]]]:
+        """(inputs, labels, sentences) of ``size`` consecutive utterances, decoded as they are read."""
+        chunk: list[tuple[Path, str]] = []
+        for item in self.items():
+            chunk.append(item)
+            if len(chunk) == size:
+                yield self._batch(chunk, featurize)
+                chunk = []
+        if chunk:
+            yield self._batch(chunk, featurize)
+
+    def _batch(self, chunk: list[tuple[Path, str]], featurize: Featurize) -> tuple[Tensor, Tensor, list[str]]:
+        texts = [s for _, s in chunk]
+        clips = decode([p for p, _ in chunk], self.clip_samples)
+        return featurize(clips), T.pad_ids([T.encode(t) for t in texts], self.width), texts
