@@ -46,7 +46,7 @@ class CommonVoiceConfig:
     heads: int = param(4, min=1, help="attention heads (must divide d_model)")
     mlp: int = param(768, min=1, help="MLP hidden size")
     spec_augment: bool = param(True, help="SpecAugment-style time/frequency masks on training batches")
-    train_steps: int = param(10000, min=0, help="optimizer steps of the dense base model (320k utterances: ~25 epochs of the espeak set; calibrated by the learning curve in reports/curves.md)")
+    train_steps: int = param(18000, min=0, help="optimizer steps of the dense base model (576k utterances: ~45 epochs of the espeak set; the most that trains within an hour on 2 CPU cores; learning curve in reports/curves.md)")
     method_steps: int = param(2000, min=0, help="TOTAL training steps every method gets on top of the base model")
     batch_size: int = param(32, min=1, help="training batch size")
     lr: float = param(2e-3, min=0.0, help="peak learning rate (linear warm-up, cosine decay)")
