@@ -236,8 +236,11 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
     a_seeds, b_seeds = _seed_rows(view, a_pts), _seed_rows(view, b_pts)
     b_point = b_pts.iloc[0] if check.b_is_point else None
     if check.b_is_point and len(b_pts) != 1:
+        found = "; ".join(f"{p['curve']} {p['knob_name']}={knob_label(p['knob_value'])}" for _, p in b_pts.iterrows())
         raise ValueError(f"claim check {check.title!r}: b_is_point needs exactly one point of {check.b.name}, "
-                         f"found {len(b_pts)}")
+                         f"found {len(b_pts)} ({found}): rows of that point made under two configurations (a "
+                         "changed default budget or protocol) share one results directory; remove the superseded "
+                         "rows (git history keeps them)")
 
     def b_at(x: float, draws_b=None, seed: int | None = None) -> tuple[float, np.ndarray | None]:
         if check.b_is_point:

@@ -122,3 +122,17 @@ def test_per_sample_files_hold_the_bootstrap_statistics(tmp_path, task, metric, 
     np.testing.assert_array_equal(stored, from_texts)
     value = float(stats.metric_from_sums(metric, stored.sum(axis=0), len(stored)))
     assert value == pytest.approx(float(row["quality"]), rel=1e-9, abs=1e-12)
+
+
+def test_two_dense_bases_in_one_results_dir_name_the_cause(tmp_path):
+    """A point measured under two configurations (a changed default budget) stops the claims with a line
+    that says so and what to do, instead of a bare count."""
+    _write(tmp_path, "dense", "1.0", 1.0, 0.90, 0, kind="static")
+    _write(tmp_path, "dense", "1.0b", 1.0, 0.91, 0, kind="static")
+    _write(tmp_path, "good", "a", 0.5, 0.88, 0)
+    claim = Claim("c", "test", "test", "toy", (Beats(Select("good"), Select("dense"), b_is_point=True),),
+                  dataset=DATASET)
+    with pytest.raises(ValueError) as err:
+        report_claims.evaluate(claim, _views(tmp_path), tmp_path)
+    message = str(err.value)
+    assert "found 2" in message and "remove the superseded rows" in message and "\n" not in message
