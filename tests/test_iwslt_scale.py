@@ -1,5 +1,5 @@
 """Translation data at WMT scale: the offline default unchanged, the Arrow-backed training table of
-``source=hf``."""
+``source=hf``, and the streamed evaluation split (``<task>.streaming=true``)."""
 
 from __future__ import annotations
 
@@ -98,6 +98,16 @@ def hf_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(datasets.config, "HF_CACHE_HOME", str(tmp_path / "hf"))
 
 
+def _rows_by_index(task) -> dict[int, list[int]]:
+    """{evaluation index y: source ids without padding} over all evaluation batches."""
+    out = {}
+    for batch in task.eval_batches():
+        assert torch.equal(batch.y, batch.meta["index"])
+        for y, row in zip(batch.y.tolist(), batch.x[:, 0]):
+            out[y] = row[row.ne(0)].tolist()
+    return out
+
+
 # --- training from the Arrow table ----------------------------------------------------------------------
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
 def test_arrow_training_batches_equal_the_list_path(tmp_path, hf_cache, monkeypatch, fmt):
@@ -143,7 +153,97 @@ def test_arrow_table_is_keyed_by_the_tokenizer_and_filtered_in_memory(tmp_path, 
     assert len(tables) == 2  # one per tokenizer; max_tokens shares the table
 
 
+# --- streamed evaluation --------------------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl", "disk"])
+def test_streamed_evaluation_matches_the_map_style_reader(tmp_path, hf_cache, fmt):
+    folder = _write_corpus(tmp_path / fmt, fmt)
+    mapped = _task(tmp_path, *HF, f"iwslt.data_dir={folder}")
+    streamed = _task(tmp_path, *HF, f"iwslt.data_dir={folder}", "iwslt.streaming=true")
+    assert "test streamed" in streamed.dataset and "test 30" in mapped.dataset
+    by_index = _rows_by_index(mapped)
+    assert _rows_by_index(streamed) == by_index and sorted(by_index) == list(range(30))
+    # file order, not sorted by length: y counts up batch after batch
+    assert torch.equal(torch.cat([b.y for b in streamed.eval_batches()]), torch.arange(30))
+    assert streamed._eval_texts == mapped._eval_texts  # (source, reference) of every index
+    # scoring looks references up by index: perfect hypotheses score 100 in either order
+    refs = mapped._eval_texts.tgt
+    ids = [e.ids for e in mapped.tokenizer.encode_batch(refs)]
+    preds = torch.zeros(len(ids), max(map(len, ids)), dtype=torch.long)
+    for i, row in enumerate(ids):
+        preds[i, : len(row)] = torch.tensor(row)
+    order = torch.randperm(30, generator=torch.Generator().manual_seed(0))
+    assert streamed.score(preds[order], order).value == pytest.approx(100.0)
+    assert streamed.sample_table(preds[order], order)["target"] == [refs[int(i)] for i in order]
+    first = _task(tmp_path, *HF, f"iwslt.data_dir={folder}", "iwslt.streaming=true", "iwslt.eval_samples=10")
+    assert "first 10" in first.dataset and _rows_by_index(first) == {i: by_index[i] for i in range(10)}
+
+
+def test_run_with_streamed_evaluation_writes_a_row(tmp_path, hf_cache):
+    from bench import results
+    from tests.helpers import compose_tiny
+
+    folder = _write_corpus(tmp_path / "jsonl", "jsonl")
+    cfg = compose_tiny("dense", "iwslt", tmp_path, *HF, f"iwslt.data_dir={folder}", "iwslt.streaming=true",
+                       "timing=false")
+    assert len(runner.run(cfg, "dense", "iwslt", command="test")) == 1
+    row = results.load(tmp_path / "results").iloc[0]
+    assert "test streamed" in row["dataset"] and row["n_eval"] == 30
+    samples = results.load_samples(tmp_path / "results", "iwslt", "dense", row["run_id"])
+    assert list(samples["index"]) == list(range(30))
+    assert list(samples["target"]) == [r["en"] for r in _pairs(30, offset=1000)]
+    assert list(samples["source"]) == [r["de"] for r in _pairs(30, offset=1000)]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_streamed_split_is_never_materialised(tmp_path, hf_cache, monkeypatch, fmt):
+    """load_dataset(streaming=True); nothing is read when the task is built, and one batch of a 300-sentence
+    split is yielded after about one batch of rows has been pulled from the stream."""
+    import datasets
+
+    folder = _write_corpus(tmp_path / fmt, fmt, n_test=300)
+    real_load, calls, pulled = datasets.load_dataset, [], [0]
+
+    def counting_load(*args, **kwargs):
+        calls.append(kwargs)
+        ds = real_load(*args, **kwargs)
+        if not kwargs.get("streaming"):
+            return ds
+
+        def rows():
+            for row in ds:
+                pulled[0] += 1
+                yield row
+
+        return datasets.IterableDataset.from_generator(rows, features=ds.features)
+
+    def no_lists(**kw):
+        raise AssertionError(f"hf_pairs read split {kw['split']} into lists")
+
+    monkeypatch.setattr(datasets, "load_dataset", counting_load)
+    monkeypatch.setattr(D, "hf_pairs", no_lists)
+    task = _task(tmp_path, *HF, f"iwslt.data_dir={folder}", "iwslt.streaming=true", "iwslt.eval_batch=10")
+    assert [c.get("streaming") for c in calls] == [True] and calls[0]["split"] == "test"
+    assert pulled[0] == 0
+    batches = iter(task.eval_batches())
+    first = next(batches)
+    assert len(first) == 10 and pulled[0] < 30 and len(task._eval_texts) == 10
+    assert sum(len(b) for b in batches) == 290 and pulled[0] == 300 and len(task._eval_texts) == 300
+
+
 # --- errors ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("overrides,needle", [
+    (("iwslt.eval_split=validation",), "no parquet/json/jsonl/csv file named after split 'validation'"),
+    (("iwslt.src_lang=fr",), "iwslt.src_lang/tgt_lang"),
+    (("iwslt.source=trans-de-en",), "iwslt.streaming=true streams a HuggingFace split"),
+])
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_bad_streamed_input_is_one_line(tmp_path, hf_cache, fmt, overrides, needle):
+    folder = _write_corpus(tmp_path / fmt, fmt)
+    with pytest.raises(UserError, match=needle.replace("/", ".").replace("(", r"\(")) as err:
+        _task(tmp_path, *HF, f"iwslt.data_dir={folder}", "iwslt.streaming=true", *overrides)
+    assert "\n" not in str(err.value)
+
+
 def test_bad_training_split_is_one_line(tmp_path, hf_cache):
     folder = _write_corpus(tmp_path / "disk", "disk")
     task = _task(tmp_path, *HF, f"iwslt.data_dir={folder}", "iwslt.train_split=validation")

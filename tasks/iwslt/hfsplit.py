@@ -1,5 +1,5 @@
-"""``source=hf`` at WMT scale (4.5M pairs): the training split as a memory-mapped tokenised Arrow table,
-never turned into Python lists of the whole split.
+"""``source=hf`` at WMT scale (4.5M pairs): the training split as a memory-mapped tokenised Arrow table, the
+evaluation split as a stream.  Neither is turned into Python lists of the whole split.
 
 Training (:class:`TokenizedTrain`): ``Dataset.map(batched=True)`` writes the ids of both sides (int32
 lists) and their lengths to one Arrow file, which ``datasets`` memory-maps.  Memory holds two numpy arrays:
@@ -11,16 +11,23 @@ rows, the tokenizer (its JSON, or a checkpoint's digest) and this module's code;
 ``new_fingerprint``, so HF's fingerprinting (which hashes the tokenising closure, unreliably for a
 tokenizer object) is not relied on.  The ``max_tokens`` filter is applied to the lengths in memory, so one
 table serves every ``max_tokens``.  A file lock keeps data-parallel ranks from writing it twice.
+
+Evaluation (:class:`EvalStream`, ``<task>.streaming=true``): an ``IterableDataset`` read ``size`` rows at a
+time in file order (a stream cannot be sorted by length, so batches are padded more than the map-style
+reader's); the task tokenises each batch as it is read.  The raw source and reference strings of the rows
+read so far are kept (sacreBLEU scores against raw references; the samples table shows the sources), by
+stream position, which is the evaluation index ``y``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from tasks.iwslt.data import Columns
+from bench.errors import UserError
+from tasks.iwslt.data import Columns, Pairs
 
 Encode = Callable[[list[str]], list[list[int]]]
 MAP_BATCH = 1000  # rows tokenised per map() call
@@ -61,3 +68,26 @@ class TokenizedTrain:
         picked = self.table[self.keep[np.asarray(idx)].tolist()]
         return picked["src"], picked["tgt"]
 
+
+class EvalStream:
+    """The evaluation split as a streamed ``IterableDataset``: its first ``limit`` rows (0 = all)."""
+
+    def __init__(self, ds: Any, cols: Columns, *, where: str, limit: int):
+        self.ds = (ds.take(limit) if limit else ds).select_columns(cols.names)
+        self.cols, self.where, self.limit = cols, where, limit
+        self.seen = Pairs([], [])  # texts of the rows read so far, by stream position
+
+    def batches(self, size: int) -> Iterator[tuple[int, list[str]]]:
+        """(stream position of the first row, source texts) of consecutive rows, ``size`` at a time."""
+        start = 0
+        for batch in self.ds.iter(batch_size=size):
+            src, tgt = self.cols.texts(batch)
+            for i, (s, t) in enumerate(zip(src, tgt)):
+                if start + i == len(self.seen):
+                    self.seen.src.append(s)
+                    self.seen.tgt.append(t)
+                elif self.seen.src[start + i] != s or self.seen.tgt[start + i] != t:
+                    raise UserError(f"{self.where}: the evaluation stream gave another sentence at row {start + i} "
+                                    "on a second pass; streamed evaluation needs a fixed row order")
+            yield start, src
+            start += len(src)

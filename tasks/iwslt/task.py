@@ -7,7 +7,9 @@ strings, never the BPE round trip); evaluation batches are the split sorted by s
 padded positions), in a fixed order.
 
 ``source=hf`` at scale (tasks/iwslt/hfsplit.py): the training split is tokenised into a memory-mapped Arrow
-table and a step reads its rows by index (batches still depend on (seed, step) alone).
+table and a step reads its rows by index (batches still depend on (seed, step) alone); with
+``streaming=true`` the evaluation split is a stream read in file order (not sorted by length), tokenised a
+batch at a time, ``y`` = the position in the stream, and only the raw source/reference strings are kept.
 
 Inference (``infer``) is beam search (``beam``; 1 = greedy) with a length cap len_a·|x| + len_b.
 Metric: sacreBLEU corpus BLEU on detokenized hypotheses against the raw references, its signature in
@@ -57,13 +59,17 @@ class TranslationTask(Task):
     metric = "bleu"
     higher_is_better = True
     not_base_keys = ("method_steps", "beam", "len_a", "len_b", "len_penalty", "eval_batch", "eval_samples",
-                     "eval_split")
+                     "eval_split", "streaming")
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
         self.name = run.task_name if run is not None else "iwslt"
         self.source = str(cfg.source)
         self._signature = ""
+        self._stream: H.EvalStream | None = None
+        if bool(cfg.streaming) and self.source != "hf":
+            raise UserError(f"{self.name}.streaming=true streams a HuggingFace split; {self.name}.source="
+                            f"{self.source} is read whole (set {self.name}.source=hf or streaming=false)")
         if self.source == "trans-de-en":
             path = str(cfg.data_dir) or D.DING_PATH
             splits = D.ding_splits(path, int(cfg.valid_size), int(cfg.test_size))
@@ -71,11 +77,15 @@ class TranslationTask(Task):
                 raise UserError(f"{self.name}.eval_split={cfg.eval_split}: trans-de-en has 'test' and 'validation'")
             self._train_pairs, self._eval_pairs = splits["train"], splits[str(cfg.eval_split)]
             self._where = "debian trans-de-en" if not cfg.data_dir else path
+        elif bool(cfg.streaming):
+            ds, self._where = D.open_split(split=str(cfg.eval_split), streaming=True, **self._hf_source)
+            self._stream = H.EvalStream(ds, self._columns(ds, self._where), where=self._where,
+                                        limit=int(cfg.eval_samples))
         else:
             self._eval_pairs, self._where = D.hf_pairs(split=str(cfg.eval_split), src_lang=str(cfg.src_lang),
                                                        tgt_lang=str(cfg.tgt_lang), **self._hf_source)
         limit = int(cfg.eval_samples)
-        if limit and limit < len(self._eval_pairs):
+        if self._stream is None and limit and limit < len(self._eval_pairs):
             self._eval_pairs = D.Pairs(self._eval_pairs.src[:limit], self._eval_pairs.tgt[:limit])
         self.positions = int(cfg.max_tokens) + 2
         self._batch_cache: dict[tuple[int, int], list[np.ndarray]] = {}
@@ -182,7 +192,16 @@ class TranslationTask(Task):
         return src, order
 
     @property
+    def _eval_texts(self) -> D.Pairs:
+        """The raw evaluation texts by index ``y``: the split (map-style), or the rows streamed so far."""
+        return self._stream.seen if self._stream is not None else self._eval_pairs
+
+    @property
     def dataset(self) -> str:
+        if self._stream is not None:
+            limit = int(self.cfg.eval_samples)
+            return (f"{self._where} ({self.cfg.src_lang}-{self.cfg.tgt_lang}, {self.cfg.eval_split} streamed"
+                    f"{f', first {limit}' if limit else ''})")
         n_eval = len(self._eval_pairs)
         train = f"{len(self.train_pairs)} train, " if self.source == "trans-de-en" else ""
         return f"{self._where} ({self.cfg.src_lang}-{self.cfg.tgt_lang}, {train}{self.cfg.eval_split} {n_eval})"
@@ -259,6 +278,12 @@ class TranslationTask(Task):
 
     def eval_batches(self) -> Iterable[Batch]:
         size = int(self.cfg.eval_batch)
+        if self._stream is not None:  # streamed: file order, tokenised as read
+            for start, texts in self._stream.batches(size):
+                s = [ids or [D.SPECIALS.index("<unk>")] for ids in self._eval_src(texts)]
+                idx = torch.arange(start, start + len(s))
+                yield Batch(self._pack(s, None, max(len(a) for a in s)), idx, {"index": idx})
+            return
         src, order = self._eval_ids
         for start in range(0, len(order), size):
             idx = order[start:start + size]
@@ -366,7 +391,7 @@ class TranslationTask(Task):
         from sacrebleu.metrics import BLEU
 
         hyps = self.detokenize(predictions)
-        refs = [self._eval_pairs.tgt[int(i)] for i in targets]
+        refs = [self._eval_texts.tgt[int(i)] for i in targets]
         bleu = BLEU()
         value = bleu.corpus_score(hyps, [refs]).score
         self._signature = str(bleu.get_signature())
@@ -378,7 +403,7 @@ class TranslationTask(Task):
         return Quality(float(value), per, columns={"bleu_stats": [" ".join(str(int(v)) for v in s) for s in stats]})
 
     def sample_table(self, predictions: Tensor, targets: Tensor) -> dict[str, Any]:
-        texts = self._eval_pairs
+        texts = self._eval_texts
         return {"target": [texts.tgt[int(i)] for i in targets], "prediction": self.detokenize(predictions),
                 "source": [texts.src[int(i)] for i in targets]}
 
