@@ -67,7 +67,7 @@ def test_hf_local_files_load_train_and_score(tmp_path, fmt):
     folder = _write_corpus(tmp_path, fmt)
     task = _task(tmp_path, "iwslt.source=hf", f"iwslt.data_dir={folder}", "iwslt.train_samples=0",
                  "iwslt.eval_samples=0", "iwslt.vocab=60")
-    assert len(task.train_pairs) == 30 and "test 10" in task.dataset and str(folder) in task.dataset
+    assert task.train_size == 30 and "test 10" in task.dataset and str(folder) in task.dataset
     batches = list(task.eval_batches())
     assert sum(len(b) for b in batches) == 10
     lengths = [int(b.x[:, 0].ne(0).sum(1).max()) for b in batches]

@@ -59,8 +59,12 @@ class TranslationConfig:
     len_a: float = param(1.5, min=0.0, help="length cap per sentence: len_a·|source tokens| + len_b")
     len_b: int = param(5, min=1, help="length cap offset")
     len_penalty: float = param(1.0, min=0.0, help="final hypothesis: best score / length**len_penalty")
-    eval_batch: int = param(100, min=1, help="evaluation batch size (sentences, sorted by source length)")
+    eval_batch: int = param(100, min=1, help="evaluation batch size (sentences, sorted by source length unless "
+                                           "streaming)")
     eval_samples: int = param(0, min=0, help="evaluate on the first N sentences of the eval split (0 = all)")
+    streaming: bool = param(False, help="hf: read the eval split as a streamed HuggingFace IterableDataset, "
+                                        "tokenised a batch at a time (only the raw sources/references are "
+                                        "kept); batches in file order, not sorted by length (more padding)")
     train_samples: int = param(0, min=0, help="use the first N training pairs only (0 = all; tests)")
     pretrained: str = param("", help="checkpoint directory for the dense base model: HuggingFace Marian "
                                      "(config.json, model.safetensors, source.spm, target.spm, vocab.json) or "

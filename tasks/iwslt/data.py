@@ -10,8 +10,10 @@ the ``test_size`` pairs with the smallest hashes are the test set, the next ``va
 validation set, the rest the training set.
 
 HuggingFace (``source=hf``): ``load_dataset`` on local parquet/json/jsonl/csv files or a
-``save_to_disk`` directory, or a hub name already in the local cache (offline).  Two layouts: a
-``translation`` column of {lang: text} dicts (the HF IWSLT/WMT format), or one column per language.
+``save_to_disk`` directory, or a hub name already in the local cache (offline), map-style (memory-mapped
+Arrow) or streamed (``IterableDataset``).  Two layouts (:class:`Columns`): a ``translation`` column of
+{lang: text} dicts (the HF IWSLT/WMT format), or one column per language.  The training split is never
+turned into lists (tasks/iwslt/hfsplit.py); a map-style evaluation split is (:func:`hf_pairs`).
 
 BPE: HF ``tokenizers`` SentencePiece-style BPE (NFKC, Metaspace) trained jointly on the source and target
 sides of the training split, cached as JSON; decoding gives detokenized text for sacreBLEU.
@@ -26,6 +28,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
 
 from bench.errors import UserError
 
@@ -109,14 +112,21 @@ def _split_files(data_dir: str, split: str) -> tuple[str, list[str]]:
     return kinds.pop(), chosen
 
 
-def hf_pairs(*, data_dir: str, hf_name: str, hf_config: str, split: str, src_lang: str, tgt_lang: str,
-             task: str) -> tuple[Pairs, str]:
-    """(pairs, description of the source) of one split through HuggingFace ``datasets`` (offline)."""
+def _offline_datasets():
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import datasets
 
     datasets.disable_progress_bars()
+    return datasets
+
+
+def open_split(*, data_dir: str, hf_name: str, hf_config: str, split: str, task: str,
+               streaming: bool = False) -> tuple[Any, str]:
+    """(dataset, description of the source) of one split through HuggingFace ``datasets`` (offline): a
+    memory-mapped ``Dataset``, or with ``streaming`` an ``IterableDataset`` (``load_dataset(streaming=True)``
+    for files and the hub cache, ``Dataset.to_iterable_dataset()`` for a ``save_to_disk`` directory)."""
+    datasets = _offline_datasets()
     if data_dir:
         if not os.path.exists(data_dir):
             raise UserError(f"{task}.data_dir={data_dir}: no such directory; point it at local parquet/json/csv "
@@ -129,38 +139,90 @@ def hf_pairs(*, data_dir: str, hf_name: str, hf_config: str, split: str, src_lan
                     raise UserError(f"{task}.data_dir={data_dir}: no split '{split}' (has {sorted(loaded)}); "
                                     f"set {task}.train_split/eval_split")
                 loaded = loaded[split]
-            ds, where = loaded, data_dir
-        else:
-            builder, files = _split_files(data_dir, split)
-            if not files:
-                raise UserError(f"{task}.data_dir={data_dir}: no parquet/json/jsonl/csv file named after split "
-                                f"'{split}'; name files like {split}.parquet or set {task}.train_split/eval_split")
-            ds, where = datasets.load_dataset(builder, data_files={split: files}, split=split), data_dir
-    elif hf_name:
+            return (loaded.to_iterable_dataset() if streaming else loaded), data_dir
+        builder, files = _split_files(data_dir, split)
+        if not files:
+            raise UserError(f"{task}.data_dir={data_dir}: no parquet/json/jsonl/csv file named after split "
+                            f"'{split}'; name files like {split}.parquet or set {task}.train_split/eval_split")
+        return datasets.load_dataset(builder, data_files={split: files}, split=split, streaming=streaming), data_dir
+    if hf_name:
         try:
-            ds = datasets.load_dataset(hf_name, hf_config or None, split=split)
+            ds = datasets.load_dataset(hf_name, hf_config or None, split=split, streaming=streaming)
         except (ConnectionError, FileNotFoundError, ValueError) as err:
             first = " ".join(str(err).split())[:160]
             raise UserError(f"{task}.hf_name={hf_name}: not in the local HF cache and the hub is offline ({first}); "
                             f"download it elsewhere and set {task}.data_dir to its files") from None
-        where = f"{hf_name}{'/' + hf_config if hf_config else ''}"
-    else:
-        raise UserError(f"{task}.source=hf needs {task}.data_dir (local parquet/json/csv files) or {task}.hf_name "
-                        "(a dataset in the local HF cache)")
+        return ds, f"{hf_name}{'/' + hf_config if hf_config else ''}"
+    raise UserError(f"{task}.source=hf needs {task}.data_dir (local parquet/json/csv files) or {task}.hf_name "
+                    "(a dataset in the local HF cache)")
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Where the two sides of a pair are: in a ``translation`` column of {lang: text} dicts (the HF
+    IWSLT/WMT layout), or one column per language."""
+    src: str
+    tgt: str
+    translation: bool
+
+    @property
+    def names(self) -> list[str]:
+        return ["translation"] if self.translation else [self.src, self.tgt]
+
+    def texts(self, batch: Mapping[str, Iterable[Any]]) -> tuple[list[str], list[str]]:
+        """(sources, targets) of a batch of rows given as columns ({column: values})."""
+        if self.translation:
+            rows = list(batch["translation"])
+            return [str(r[self.src]) for r in rows], [str(r[self.tgt]) for r in rows]
+        return [str(s) for s in batch[self.src]], [str(t) for t in batch[self.tgt]]
+
+
+def _languages(ds: Any) -> list[str] | None:
+    """The language keys of the ``translation`` column: from its feature (a struct of strings, or
+    ``Translation``), else from the first row; None for an empty split."""
+    feature = (getattr(ds, "features", None) or {}).get("translation")
+    if isinstance(feature, dict):
+        return list(feature)
+    if getattr(feature, "languages", None):
+        return list(feature.languages)
+    first = next(iter(ds.take(1)), None) if hasattr(ds, "take") else None
+    return None if first is None else list(first["translation"])
+
+
+def columns_of(ds: Any, *, where: str, src_lang: str, tgt_lang: str, task: str) -> Columns:
+    """The layout of a split (map-style or streamed), or one UserError line naming the keys to set."""
     columns = ds.column_names
+    if columns is None:  # a stream whose features are unknown until read: the first row's keys
+        columns = list(next(iter(ds.take(1)), None) or {})
     if "translation" in columns:
-        rows = ds["translation"]
-        missing = [lang for lang in (src_lang, tgt_lang) if rows and lang not in rows[0]]
+        languages = _languages(ds)
+        missing = [lang for lang in (src_lang, tgt_lang) if languages is not None and lang not in languages]
         if missing:
             raise UserError(f"{where}: the translation column has no language {missing[0]!r} "
-                            f"(has {sorted(rows[0])}); set {task}.src_lang/tgt_lang")
-        src, tgt = [r[src_lang] for r in rows], [r[tgt_lang] for r in rows]
-    elif src_lang in columns and tgt_lang in columns:
-        src, tgt = list(ds[src_lang]), list(ds[tgt_lang])
-    else:
-        raise UserError(f"{where}: expected a 'translation' column or columns {src_lang!r} and {tgt_lang!r} "
-                        f"(has {columns}); set {task}.src_lang/tgt_lang")
-    return Pairs([str(s) for s in src], [str(t) for t in tgt]), where
+                            f"(has {sorted(languages or [])}); set {task}.src_lang/tgt_lang")
+        return Columns(src_lang, tgt_lang, translation=True)
+    if src_lang in columns and tgt_lang in columns:
+        return Columns(src_lang, tgt_lang, translation=False)
+    raise UserError(f"{where}: expected a 'translation' column or columns {src_lang!r} and {tgt_lang!r} "
+                    f"(has {columns}); set {task}.src_lang/tgt_lang")
+
+
+def hf_pairs(*, data_dir: str, hf_name: str, hf_config: str, split: str, src_lang: str, tgt_lang: str,
+             task: str) -> tuple[Pairs, str]:
+    """(pairs, description of the source) of one split, as lists (the map-style evaluation split)."""
+    ds, where = open_split(data_dir=data_dir, hf_name=hf_name, hf_config=hf_config, split=split, task=task)
+    cols = columns_of(ds, where=where, src_lang=src_lang, tgt_lang=tgt_lang, task=task)
+    src, tgt = cols.texts({name: ds[name] for name in cols.names})
+    return Pairs(src, tgt), where
+
+
+def text_stream(ds: Any, cols: Columns, chunk: int = 10_000) -> Iterator[str]:
+    """Every source text, then every target text of a map-style split (the order of ``src + tgt``), read
+    ``chunk`` rows at a time from the Arrow table: for BPE training without a list of the whole split."""
+    table = ds.select_columns(cols.names)
+    for side in (0, 1):
+        for batch in table.iter(batch_size=chunk):
+            yield from cols.texts(batch)[side]
 
 
 # --- BPE --------------------------------------------------------------------------------------------

@@ -6,6 +6,11 @@ PAD).  Evaluation ``y`` = the index of the sentence in the evaluation split (ref
 strings, never the BPE round trip); evaluation batches are the split sorted by source length (fewer
 padded positions), in a fixed order.
 
+``source=hf`` at scale (tasks/iwslt/hfsplit.py): the training split is tokenised into a memory-mapped Arrow
+table and a step reads its rows by index (batches still depend on (seed, step) alone); with
+``streaming=true`` the evaluation split is a stream read in file order (not sorted by length), tokenised a
+batch at a time, ``y`` = the position in the stream, and only the raw source/reference strings are kept.
+
 Inference (``infer``) is beam search (``beam``; 1 = greedy) with a length cap len_a·|x| + len_b.
 Metric: sacreBLEU corpus BLEU on detokenized hypotheses against the raw references, its signature in
 every row; per-sample score: sentence BLEU.  Cost: MACs per source sentence (encoder, every decoder step
@@ -27,6 +32,7 @@ import copy
 import functools
 import hashlib
 import inspect
+from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
@@ -38,6 +44,7 @@ import bench.models.seq2seq as S
 from bench.api import Batch, Quality, Task
 from bench.errors import UserError
 from tasks.iwslt import data as D
+from tasks.iwslt import hfsplit as H
 from tasks.iwslt import pretrained as P
 
 
@@ -52,13 +59,17 @@ class TranslationTask(Task):
     metric = "bleu"
     higher_is_better = True
     not_base_keys = ("method_steps", "beam", "len_a", "len_b", "len_penalty", "eval_batch", "eval_samples",
-                     "eval_split")
+                     "eval_split", "streaming")
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
         self.name = run.task_name if run is not None else "iwslt"
         self.source = str(cfg.source)
         self._signature = ""
+        self._stream: H.EvalStream | None = None
+        if bool(cfg.streaming) and self.source != "hf":
+            raise UserError(f"{self.name}.streaming=true streams a HuggingFace split; {self.name}.source="
+                            f"{self.source} is read whole (set {self.name}.source=hf or streaming=false)")
         if self.source == "trans-de-en":
             path = str(cfg.data_dir) or D.DING_PATH
             splits = D.ding_splits(path, int(cfg.valid_size), int(cfg.test_size))
@@ -66,13 +77,15 @@ class TranslationTask(Task):
                 raise UserError(f"{self.name}.eval_split={cfg.eval_split}: trans-de-en has 'test' and 'validation'")
             self._train_pairs, self._eval_pairs = splits["train"], splits[str(cfg.eval_split)]
             self._where = "debian trans-de-en" if not cfg.data_dir else path
+        elif bool(cfg.streaming):
+            ds, self._where = D.open_split(split=str(cfg.eval_split), streaming=True, **self._hf_source)
+            self._stream = H.EvalStream(ds, self._columns(ds, self._where), where=self._where,
+                                        limit=int(cfg.eval_samples))
         else:
-            common = dict(data_dir=str(cfg.data_dir), hf_name=str(cfg.hf_name), hf_config=str(cfg.hf_config),
-                          src_lang=str(cfg.src_lang), tgt_lang=str(cfg.tgt_lang), task=self.name)
-            self._eval_pairs, self._where = D.hf_pairs(split=str(cfg.eval_split), **common)
-            self._common = common
+            self._eval_pairs, self._where = D.hf_pairs(split=str(cfg.eval_split), src_lang=str(cfg.src_lang),
+                                                       tgt_lang=str(cfg.tgt_lang), **self._hf_source)
         limit = int(cfg.eval_samples)
-        if limit and limit < len(self._eval_pairs):
+        if self._stream is None and limit and limit < len(self._eval_pairs):
             self._eval_pairs = D.Pairs(self._eval_pairs.src[:limit], self._eval_pairs.tgt[:limit])
         self.positions = int(cfg.max_tokens) + 2
         self._batch_cache: dict[tuple[int, int], list[np.ndarray]] = {}
@@ -85,22 +98,50 @@ class TranslationTask(Task):
             self.positions = min(self.positions, self.checkpoint.model.cfg.max_positions)
 
     # --- data ---------------------------------------------------------------------------------------
+    @property
+    def _hf_source(self) -> dict[str, str]:
+        c = self.cfg
+        return dict(data_dir=str(c.data_dir), hf_name=str(c.hf_name), hf_config=str(c.hf_config), task=self.name)
+
+    def _columns(self, ds: Any, where: str) -> D.Columns:
+        return D.columns_of(ds, where=where, src_lang=str(self.cfg.src_lang), tgt_lang=str(self.cfg.tgt_lang),
+                            task=self.name)
+
     @functools.cached_property
     def train_pairs(self) -> D.Pairs:
-        if self.source == "trans-de-en":
-            pairs = self._train_pairs
-        else:
-            pairs, _ = D.hf_pairs(split=str(self.cfg.train_split), **self._common)
+        """trans-de-en: the training pairs as lists (``source=hf`` reads :attr:`_hf_train` instead)."""
+        pairs = self._train_pairs
         limit = int(self.cfg.train_samples)
         return D.Pairs(pairs.src[:limit], pairs.tgt[:limit]) if limit else pairs
 
     @functools.cached_property
+    def _hf_train(self) -> tuple[Any, D.Columns]:
+        """source=hf: the training split, memory-mapped Arrow (its first ``train_samples`` rows), and its layout."""
+        ds, where = D.open_split(split=str(self.cfg.train_split), **self._hf_source)
+        cols = self._columns(ds, where)
+        limit = int(self.cfg.train_samples)
+        return (ds.select(range(limit)) if limit and limit < len(ds) else ds), cols
+
+    @property
+    def train_size(self) -> int:
+        """Training pairs read (before the ``max_tokens`` filter)."""
+        return len(self.train_pairs) if self.source == "trans-de-en" else len(self._hf_train[0])
+
+    @functools.cached_property
     def tokenizer(self):
-        pairs = self.train_pairs
-        key = {"where": self._where, "n": len(pairs), "first": pairs.src[:3] + pairs.tgt[:3],
-               "vocab": int(self.cfg.vocab), "code": _source_hash(D.train_bpe)}
+        if self.source == "trans-de-en":
+            pairs = self.train_pairs
+            n, first, texts = len(pairs), pairs.src[:3] + pairs.tgt[:3], pairs.src + pairs.tgt
+        else:  # the same key and text order (all sources, then all targets) as the lists, read in chunks
+            ds, cols = self._hf_train
+            src, tgt = cols.texts(ds.select_columns(cols.names)[:3])
+            n, first, texts = len(ds), src + tgt, D.text_stream(ds, cols)
+        key = {"where": self._where, "n": n, "first": first, "vocab": int(self.cfg.vocab),
+               "code": _source_hash(D.train_bpe)}
         path = self.run.stage_path("tokenizer", f"bpe{int(self.cfg.vocab)}", key).with_suffix(".json")
-        return D.train_bpe(pairs.src + pairs.tgt, int(self.cfg.vocab), path)
+        # train_bpe's source is hashed into this key: it is left as it was, annotation included, although
+        # tokenizers' train_from_iterator takes any iterator of strings (the text_stream generator).
+        return D.train_bpe(texts, int(self.cfg.vocab), path)
 
     def _ids(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self.tokenizer.encode_batch(texts)]
@@ -111,8 +152,31 @@ class TranslationTask(Task):
     def _tgt_ids(self, texts: list[str]) -> list[list[int]]:
         return self._ids(texts) if self.checkpoint is None else self.checkpoint.encode_tgt(texts)
 
+    def _tokenizer_digest(self) -> str:
+        if self.checkpoint is not None:
+            return f"{self.checkpoint.digest}-{P.code_hash()}"
+        return hashlib.sha256(self.tokenizer.to_str().encode()).hexdigest()[:16]
+
+    @functools.cached_property
+    def _train_rows(self) -> H.TokenizedTrain | _ListRows:
+        """The training pairs kept by the max_tokens filter: ``len``, ``lengths`` and ``rows(idx)``."""
+        if self.source == "trans-de-en":
+            return _ListRows(*self._train_ids)
+        ds, cols = self._hf_train
+        src, tgt = cols.texts(ds.select_columns(cols.names)[:3])
+        key = {"where": self._where, "split": str(self.cfg.train_split), "n": len(ds), "first": src + tgt,
+               "columns": [cols.src, cols.tgt, cols.translation], "tokenizer": self._tokenizer_digest(),
+               "code": _source_hash(H.TokenizedTrain)}
+        path: Path = self.run.stage_path("tokenized", str(self.cfg.train_split), key).with_suffix(".arrow")
+        rows = H.TokenizedTrain(ds, cols, encode_src=self._src_ids, encode_tgt=self._tgt_ids, path=path,
+                                key=path.stem, max_len=self.positions - 2)
+        if not len(rows):
+            raise UserError(f"{self.name}: no training pair has at most max_tokens={self.cfg.max_tokens} tokens")
+        return rows
+
     @functools.cached_property
     def _train_ids(self) -> tuple[list[list[int]], list[list[int]]]:
+        """trans-de-en: the kept training pairs' ids as lists."""
         pairs = self.train_pairs
         src, tgt = self._src_ids(pairs.src), self._tgt_ids(pairs.tgt)
         keep = [i for i in range(len(src)) if 0 < len(src[i]) <= self.positions - 2
@@ -123,15 +187,21 @@ class TranslationTask(Task):
 
     @functools.cached_property
     def _eval_ids(self) -> tuple[list[list[int]], np.ndarray]:
-        if self.checkpoint is None:
-            src = [ids[: self.positions - 2] for ids in self._ids(self._eval_pairs.src)]
-        else:
-            src = [P.truncate(ids, self.positions - 2, self.eos) for ids in self._src_ids(self._eval_pairs.src)]
+        src = self._eval_src(self._eval_pairs.src)
         order = np.array(sorted(range(len(src)), key=lambda i: (len(src[i]), i)), dtype=np.int64)
         return src, order
 
     @property
+    def _eval_texts(self) -> D.Pairs:
+        """The raw evaluation texts by index ``y``: the split (map-style), or the rows streamed so far."""
+        return self._stream.seen if self._stream is not None else self._eval_pairs
+
+    @property
     def dataset(self) -> str:
+        if self._stream is not None:
+            limit = int(self.cfg.eval_samples)
+            return (f"{self._where} ({self.cfg.src_lang}-{self.cfg.tgt_lang}, {self.cfg.eval_split} streamed"
+                    f"{f', first {limit}' if limit else ''})")
         n_eval = len(self._eval_pairs)
         train = f"{len(self.train_pairs)} train, " if self.source == "trans-de-en" else ""
         return f"{self._where} ({self.cfg.src_lang}-{self.cfg.tgt_lang}, {train}{self.cfg.eval_split} {n_eval})"
@@ -167,11 +237,11 @@ class TranslationTask(Task):
         """
         key = (epoch, batch_size)
         if key not in self._batch_cache:
-            src, tgt = self._train_ids
-            n = len(src)
+            rows = self._train_rows
+            n = len(rows)
             if n < batch_size:
                 raise UserError(f"{self.name}.batch_size={batch_size} is larger than the {n} training pairs")
-            lengths = np.array([max(len(a), len(b) + 1) for a, b in zip(src, tgt)])
+            lengths = rows.lengths
             rng = np.random.default_rng([self.run.seed, epoch])
             perm = rng.permutation(n)[: n - n % batch_size]
             pool = batch_size * int(self.cfg.bucket)
@@ -186,13 +256,13 @@ class TranslationTask(Task):
         return self._batch_cache[key]
 
     def train_batch(self, step: int, batch_size: int) -> Batch:
-        src, tgt = self._train_ids
-        per_epoch = len(src) // batch_size if len(src) >= batch_size else 1
+        n = len(self._train_rows)
+        per_epoch = n // batch_size if n >= batch_size else 1
         epoch, pos = divmod(step, per_epoch)
         idx = self._epoch_batches(epoch, batch_size)[pos]
-        s = [src[i] for i in idx]
-        t_in = [[self.bos] + tgt[i] for i in idx]
-        t_out = [tgt[i] + [self.eos] for i in idx]
+        s, tgt = self._train_rows.rows(idx)
+        t_in = [[self.bos] + t for t in tgt]
+        t_out = [t + [self.eos] for t in tgt]
         width = max(max(len(a) for a in s), max(len(a) for a in t_in))
         x = self._pack(s, t_in, width)
         y = torch.full((len(idx), width), self.pad, dtype=torch.long)
@@ -200,9 +270,21 @@ class TranslationTask(Task):
             y[i, : len(ids)] = torch.as_tensor(ids)
         return Batch(x, y, {"index": torch.as_tensor(idx)})
 
+    def _eval_src(self, texts: list[str]) -> list[list[int]]:
+        """Source ids of evaluation sentences, cut to the model's positions."""
+        if self.checkpoint is None:
+            return [ids[: self.positions - 2] for ids in self._ids(texts)]
+        return [P.truncate(ids, self.positions - 2, self.eos) for ids in self._src_ids(texts)]
+
     def eval_batches(self) -> Iterable[Batch]:
-        src, order = self._eval_ids
         size = int(self.cfg.eval_batch)
+        if self._stream is not None:  # streamed: file order, tokenised as read
+            for start, texts in self._stream.batches(size):
+                s = [ids or [D.SPECIALS.index("<unk>")] for ids in self._eval_src(texts)]
+                idx = torch.arange(start, start + len(s))
+                yield Batch(self._pack(s, None, max(len(a) for a in s)), idx, {"index": idx})
+            return
+        src, order = self._eval_ids
         for start in range(0, len(order), size):
             idx = order[start:start + size]
             s = [src[i] or [D.SPECIALS.index("<unk>")] for i in idx]
@@ -309,7 +391,7 @@ class TranslationTask(Task):
         from sacrebleu.metrics import BLEU
 
         hyps = self.detokenize(predictions)
-        refs = [self._eval_pairs.tgt[int(i)] for i in targets]
+        refs = [self._eval_texts.tgt[int(i)] for i in targets]
         bleu = BLEU()
         value = bleu.corpus_score(hyps, [refs]).score
         self._signature = str(bleu.get_signature())
@@ -321,5 +403,20 @@ class TranslationTask(Task):
         return Quality(float(value), per, columns={"bleu_stats": [" ".join(str(int(v)) for v in s) for s in stats]})
 
     def sample_table(self, predictions: Tensor, targets: Tensor) -> dict[str, Any]:
-        return {"target": [self._eval_pairs.tgt[int(i)] for i in targets], "prediction": self.detokenize(predictions),
-                "source": [self._eval_pairs.src[int(i)] for i in targets]}
+        texts = self._eval_texts
+        return {"target": [texts.tgt[int(i)] for i in targets], "prediction": self.detokenize(predictions),
+                "source": [texts.src[int(i)] for i in targets]}
+
+
+class _ListRows:
+    """trans-de-en's kept training pairs as lists, behind the interface of :class:`H.TokenizedTrain`."""
+
+    def __init__(self, src: list[list[int]], tgt: list[list[int]]):
+        self.src, self.tgt = src, tgt
+        self.lengths = np.array([max(len(a), len(b) + 1) for a, b in zip(src, tgt)])
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def rows(self, idx: np.ndarray) -> tuple[list[list[int]], list[list[int]]]:
+        return [self.src[i] for i in idx], [self.tgt[i] for i in idx]
