@@ -11,6 +11,9 @@ separate curves):
   paired: every row of a curve is resampled with the same examples);
 * the gain from doubling the steps (each N whose 2N was run): Δ = quality(2N) − quality(N), the metric's
   direction applied, with its paired 95% CI;
+* every other setting (e.g. ``iwslt.dropout=0.3``) against the default configuration at the same steps:
+  Δ with one paired bootstrap over both curves' rows, better / worse / inconclusive by the claims' rule
+  (seeds included), so that a calibration choice between settings rests on a CI, not on two point values;
 * the task's declared :class:`bench.claims.BaseTarget` (``BASE_TARGET`` in ``tasks/<name>/claims.py``):
   a quality threshold (e.g. WER ≤ 0.30) and/or a doubling gain below which the base counts as trained
   to saturation, and the training time allowed.  Verdicts use the claims' rule
@@ -22,7 +25,8 @@ Rows of one curve are one per (steps, seed): re-evaluations of the same model (a
 ``timing``) keep the latest.  A doubling gain pairs the seeds that have rows at both N and 2N, on one
 test set, and lists each seed's own gain beside the mean.  Only the default configuration's curve (every
 key at the task's default but ``train_steps``) is judged against the target.  The default budget (the
-task's ``train_steps`` default in its config dataclass) is marked on each curve.
+task's ``train_steps`` default in its config dataclass) is marked on each curve.  A key added to the task
+after a row was made is read as its default (options are added with the earlier behaviour as default).
 """
 
 from __future__ import annotations
@@ -33,10 +37,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from bench import results, stats
 from bench.report import markdown_table, md_escape, write_page
-from bench.report_claims import FAILS, HOLDS, verdict
+from bench.report_claims import FAILS, HOLDS, seed_check, verdict
 
 MET, MISSED, UNSURE = "met", "missed", "inconclusive"
 AS_TARGET = {HOLDS: MET, FAILS: MISSED}  # the claims' verdicts, read as a target's
@@ -123,7 +128,10 @@ def base_target(task: str):
 def _curve_setting(config: dict, task: str) -> dict[str, str]:
     """What, beside ``train_steps``, decides a dense base row and its test set: the task section, the dense
     size, the training precision and ``eval_limit`` (threads, paths and timing change neither)."""
-    section = {f"{task}.{k}": str(v) for k, v in (config.get(task) or {}).items() if k != "train_steps"}
+    # a key the row's config lacks was added to the task after the row was made: options are added with
+    # the behaviour before them as their default, so the row had that default
+    stored = {**_config_defaults(task), **(config.get(task) or {})}
+    section = {f"{task}.{k}": str(v) for k, v in stored.items() if k != "train_steps"}
     size = {f"dense.{k}": str(v) for k, v in (config.get("dense") or {}).items()}
     run = {k: str(config.get(k, d)) for k, d in {**results.IMPLICIT_DEFAULTS, "eval_limit": 0}.items()}
     return {**section, **size, **run}
@@ -235,6 +243,49 @@ def doublings(curve: Curve, threshold: float | None) -> list[Doubling]:
         low, high = stats.interval(curve.sign() * (a - b)) if same_set else (math.nan, math.nan)
         verdict = below(low, high, threshold) if threshold is not None else ""
         out.append(Doubling(n, float(np.mean(list(per_seed.values()))), low, high, verdict, per_seed))
+    return out
+
+
+@dataclass
+class Comparison:
+    """A non-default setting against the task's default configuration at the same base steps."""
+    task: str
+    setting: str
+    steps: int
+    delta: float  # mean over paired seeds of quality(setting) − quality(default), metric direction applied
+    low: float
+    high: float
+    verdict: str  # "better" / "worse" than the default, or inconclusive (the CI includes 0, or no CI)
+    seed_deltas: dict[int, float] = field(default_factory=dict)
+
+
+def compare_settings(curves: list[Curve], results_dir: Path | str) -> list[Comparison]:
+    """Every non-default curve against its task's default curve (same task and test set), at every step
+    count both have: the difference of seed means over the seeds present in both, with one paired bootstrap
+    over the test examples of all those rows (``stats.rows_uncertainty``)."""
+    out = []
+    for curve in curves:
+        default = next((c for c in curves if c.is_default and c.task == curve.task and c.dataset == curve.dataset),
+                       None)
+        if curve.is_default or default is None:
+            continue
+        for n in sorted(set(curve.steps) & set(default.steps)):
+            at = [c.rows[c.rows["steps"] == n].set_index("seed") for c in (curve, default)]
+            seeds = sorted(set(at[0].index) & set(at[1].index))
+            if not seeds:
+                continue
+            both = pd.concat([a.loc[seeds].reset_index() for a in at], ignore_index=True)
+            unc = stats.rows_uncertainty(both, results_dir)
+            keys = [[a.loc[s, "row_key"] for s in seeds] for a in at]
+            a, b = unc.mean_draws(keys[0]), unc.mean_draws(keys[1])
+            same_set = a is not None and b is not None and unc.test_set[keys[0][0]] == unc.test_set[keys[1][0]]
+            low, high = stats.interval(curve.sign() * (a - b)) if same_set else (math.nan, math.nan)
+            per_seed = {int(s): curve.sign() * (float(at[0].loc[s, "quality"]) - float(at[1].loc[s, "quality"]))
+                        for s in seeds}
+            result, _ = seed_check(verdict(low, high, 0.0), per_seed, 0.0)  # the claims' rule, seeds included
+            word = {HOLDS: "better", FAILS: "worse"}.get(result, UNSURE)
+            out.append(Comparison(curve.task, curve.setting, n, float(np.mean(list(per_seed.values()))), low, high,
+                                  word, per_seed))
     return out
 
 
@@ -393,6 +444,18 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
     if summary_rows:
         lines += ["## Summary", "", markdown_table(["task", "default steps", "target", "value [95% CI]",
                                                     "verdict"], summary_rows), ""]
+    comparisons = compare_settings(curves, results_dir)
+    if comparisons:
+        lines += ["## Settings against the default", "",
+                  "Δ = quality of the setting − quality of the task's default configuration at the same base "
+                  "steps (the metric's direction applied: Δ > 0 is better), over the seeds both have, paired "
+                  "over test examples; **better** / **worse** when the 95% CI excludes 0, **inconclusive** "
+                  "otherwise.", "",
+                  markdown_table(["task", "setting", "base steps", "Δ [95% CI]", "per seed", "verdict"],
+                                 [[c.task, c.setting, str(c.steps),
+                                   f"{c.delta:+.4g} [{c.low:+.4g}, {c.high:+.4g}]",
+                                   ", ".join(f"s{s}: {d:+.4g}" for s, d in sorted(c.seed_deltas.items())),
+                                   c.verdict] for c in comparisons]), ""]
     lines += sections
     return written + write_page(out, "curves", "\n".join(lines).rstrip() + "\n",
                                 "Learning curves of the dense base models")

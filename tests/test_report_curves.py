@@ -18,7 +18,8 @@ N = 4000
 
 
 def _write(results_dir, steps: int, accuracy: float, seed: int, *, d_model: int | None = None, correct=None,
-           threads: int = 2, eval_limit: int = 0, day: int | None = None, minutes: float | None = None):
+           threads: int = 2, eval_limit: int = 0, day: int | None = None, minutes: float | None = None,
+           without: tuple[str, ...] = ()):
     """A dense imagenet row trained for ``steps`` under results_dir/curves, scoring ``accuracy`` on N
     examples (the first round(accuracy·N) correct unless ``correct`` gives the mask)."""
     score = (np.arange(N) < round(accuracy * N)).astype(float) if correct is None else correct.astype(float)
@@ -26,6 +27,8 @@ def _write(results_dir, steps: int, accuracy: float, seed: int, *, d_model: int 
     config["train_steps"] = steps
     if d_model is not None:
         config["d_model"] = d_model
+    for key in without:  # a row made before the key existed
+        config.pop(key)
     row = results.ResultRow(
         method="dense", task="imagenet", dataset="toy images", knob_name="size", knob_value="w1-d1",
         knob_kind="static", seed=seed, variant="", metric="top1", quality=float(score.mean()), higher_is_better=True,
@@ -67,8 +70,15 @@ def test_doubling_verdicts_and_non_default_curves(tmp_path):
     assert gains[default].gain == pytest.approx(0.0) and (gains[default].low, gains[default].high) == (0.0, 0.0)
     assert gains[default].verdict == report_curves.MET
 
+    # the d_model=32 setting against the default at the default's steps: 0.70 vs 0.88, paired
+    (compared,) = report_curves.compare_settings(curves, tmp_path)
+    assert compared.steps == default and compared.setting == other.setting
+    assert compared.delta == pytest.approx(-0.18) and compared.high < 0 and compared.verdict == "worse"
+    assert compared.seed_deltas == {0: pytest.approx(-0.18), 1: pytest.approx(-0.18)}
+
     written = report_curves.write(tmp_path, tmp_path / "reports")
     md = (tmp_path / "reports" / "curves.md").read_text()
+    assert "## Settings against the default" in md and "| worse |" in md
     assert any(p.endswith(".png") for p in written)
     for path in written:
         if path.endswith(".png"):
@@ -158,3 +168,24 @@ def test_unknown_training_time_is_not_a_miss(tmp_path):
 def test_a_target_belongs_to_its_task():
     assert report_curves.base_target("iwslt").quality == pytest.approx(10.0)
     assert report_curves.base_target("wmt") is None  # registered from the same package, another target
+
+
+def test_a_row_made_before_a_key_existed_stays_on_the_default_curve(tmp_path):
+    """A config key added later (with the earlier behaviour as its default) is missing from older rows'
+    configs: they stay on the default curve, beside newer rows that store it."""
+    default = report_curves.default_train_steps("imagenet")
+    _write(tmp_path, default // 2, 0.80, 0, without=("streaming",))
+    _write(tmp_path, default, 0.88, 0)
+    (curve,) = report_curves.load_curves(tmp_path)
+    assert curve.is_default and curve.steps == [default // 2, default]
+
+
+def test_a_setting_a_seed_contradicts_is_inconclusive(tmp_path):
+    """Setting comparisons follow the claims' rule: a seed on the other side of 0 makes them inconclusive."""
+    default = report_curves.default_train_steps("imagenet")
+    _write(tmp_path, default, 0.80, 0)
+    _write(tmp_path, default, 0.80, 1)
+    _write(tmp_path, default, 0.90, 0, d_model=32)
+    _write(tmp_path, default, 0.79, 1, d_model=32)
+    (compared,) = report_curves.compare_settings(report_curves.load_curves(tmp_path), tmp_path)
+    assert compared.low > 0 and compared.verdict == "inconclusive"
