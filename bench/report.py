@@ -209,6 +209,7 @@ def _identities(frame):
         if config_file is not None and config_file.exists():
             config = yaml.load(config_file.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
             identity.append(results.identity_hash(config, str(r["method"]), str(r["task"])))
+            config = results.without_added_defaults(config, str(r["task"]))
             configs.append(_flat({k: v for k, v in config.items() if k not in results.NON_RESULT_KEYS}))
         else:
             identity.append(str(r["config_hash"]))

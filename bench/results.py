@@ -188,11 +188,26 @@ def stable_hash(obj: Any, length: int = 12) -> str:
 IMPLICIT_DEFAULTS = {"precision": "fp32", "accumulate": 1}
 
 
+# Task-section keys added after rows were written, at the value that keeps the behaviour before them: a
+# config that holds the key at that value is the point a config without the key was, so the key is left
+# out of the identity (and of the settings a report compares).
+ADDED_TASK_DEFAULTS: dict[str, Any] = {"streaming": False}
+
+
+def without_added_defaults(config: dict[str, Any], task: str) -> dict[str, Any]:
+    """``config`` without the task-section keys of :data:`ADDED_TASK_DEFAULTS` at those values."""
+    section = config.get(task)
+    if not isinstance(section, dict):
+        return config
+    return {**config, task: {k: v for k, v in section.items()
+                             if not (k in ADDED_TASK_DEFAULTS and v == ADDED_TASK_DEFAULTS[k])}}
+
+
 def identity_hash(config: dict[str, Any], method: str, task: str) -> str:
     """The config hash of a point: the resolved config without :data:`NON_RESULT_KEYS` (and without
-    :data:`IMPLICIT_DEFAULTS` at their defaults), with method and task."""
+    :data:`IMPLICIT_DEFAULTS` or :data:`ADDED_TASK_DEFAULTS` at their defaults), with method and task."""
     return stable_hash({"method": method, "task": task,
-                        **{k: v for k, v in config.items() if k not in NON_RESULT_KEYS
+                        **{k: v for k, v in without_added_defaults(config, task).items() if k not in NON_RESULT_KEYS
                            and not (k in IMPLICIT_DEFAULTS and v == IMPLICIT_DEFAULTS[k])}})
 
 

@@ -29,6 +29,21 @@ def test_non_result_keys_leave_the_identity_alone(tmp_path):
     assert runner.config_hash(changed, "dense", "parity") != runner.config_hash(cfg, "dense", "parity")
 
 
+def test_a_task_key_added_later_at_its_default_keeps_the_identity(tmp_path):
+    """A row written before ``iwslt.streaming`` existed is the same point as a new config that holds it at
+    false (the earlier behaviour); true is another point, and so is any other task key."""
+    from bench.run import plain
+
+    config = plain(compose_tiny("dense", "iwslt", tmp_path, "timing=false"))
+    assert config["iwslt"]["streaming"] is False
+    older = {**config, "iwslt": {k: v for k, v in config["iwslt"].items() if k != "streaming"}}
+    assert results.identity_hash(older, "dense", "iwslt") == results.identity_hash(config, "dense", "iwslt")
+    streamed = {**config, "iwslt": {**config["iwslt"], "streaming": True}}
+    assert results.identity_hash(streamed, "dense", "iwslt") != results.identity_hash(config, "dense", "iwslt")
+    other = {**older, "iwslt": {**older["iwslt"], "dropout": 0.3}}
+    assert results.identity_hash(other, "dense", "iwslt") != results.identity_hash(older, "dense", "iwslt")
+
+
 def test_rerun_with_identical_numbers_adds_no_row(tmp_path):
     rows_dir = tmp_path / "results" / "parity" / "dense"
     runner.run(compose_tiny("dense", "parity", tmp_path, "timing=false"), "dense", "parity", "test")
