@@ -112,8 +112,7 @@ CURVES = ("results_dir=results/curves", "timing=false")
 # them under a default that is about to change would be wasted.
 CALIBRATION: list[Point] = [
     _p("iwslt", "method=dense", "iwslt.dropout=0.3", *CURVES),  # the paper's IWSLT dropout, on 18k pairs
-    # the default (18,000 steps): the most within 60 min on 2 cores (0.19 s/step measured at 10,000); its
-    # base model is the one every commonvoice point then starts from (same key: the cache reuses it)
+    # the default (18,000 steps): the most within 60 min on 2 cores (0.19 s/step measured at 10,000)
     _p("commonvoice", "method=dense", *CURVES),
     _p("imagenet", "method=dense", "imagenet.train_steps=75040", *CURVES),  # doubling the default
     _p("commonvoice", "method=dense", "commonvoice.train_steps=5000", *CURVES),

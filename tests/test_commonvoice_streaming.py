@@ -82,6 +82,37 @@ def test_streamed_reader_gives_the_map_style_batches(tmp_path):
     assert streamed.example_input(6).shape == mapped.example_input(6).shape
 
 
+def test_eval_samples_stops_the_stream_without_changing_the_clip(tmp_path):
+    """``eval_samples`` evaluates the first N utterances; the clip length is still sized over the whole
+    (``eval_utterances``) set, as in the map-style reader, so padding and cost do not depend on N."""
+    root = _release(tmp_path / "cv")
+    short = ("commonvoice.eval_samples=5", "commonvoice.clip_seconds=1.0")  # the first 5 clips fit 1 s
+    mapped = _task(tmp_path, root, *short)
+    streamed = _task(tmp_path, root, *short, "commonvoice.streaming=true")
+    a, b = [torch.cat([batch.x for batch in t.eval_batches()]) for t in (mapped, streamed)]
+    assert len(b) == 5 and torch.equal(a[:5], b)
+    assert streamed.eval.clip_samples == F.seconds_to_samples(2.0)  # the longest test clip (1.7 s) sizes it
+    assert "first 5" in streamed.dataset
+
+
+def test_data_parallel_shards_decode_only_their_rows(tmp_path, monkeypatch):
+    """Each rank's shard (indices and SpecAugment masks drawn for the whole batch) is exactly its rows of
+    the single-process batch, and a streamed shard decodes only those clips."""
+    root = _release(tmp_path / "cv")
+    for streaming in ("false", "true"):
+        task = _task(tmp_path, root, f"commonvoice.streaming={streaming}", "commonvoice.spec_augment=true")
+        whole = task.train_batch(3, 6)
+        decoded: list[str] = []
+        read = D.read_audio
+        monkeypatch.setattr(D, "read_audio", lambda path: (decoded.append(Path(path).name), read(path))[1])
+        shards = [task.train_shard(3, 6, rank, 2) for rank in (0, 1)]
+        monkeypatch.setattr(D, "read_audio", read)
+        assert torch.equal(torch.cat([s.x for s in shards]), whole.x)
+        assert torch.equal(torch.cat([s.meta["index"] for s in shards]), whole.meta["index"])
+        assert len(decoded) == (6 if streaming == "true" else 0)  # each clip once, by its own rank
+        assert not torch.equal(whole.x, _task(tmp_path, root, f"commonvoice.streaming={streaming}").train_batch(3, 6).x)
+
+
 def test_streamed_evaluation_holds_one_batch_of_audio(tmp_path, monkeypatch):
     """Measuring the evaluation clips reads WAV headers only; then each batch decodes its own clips, as it
     is yielded: when the first batch arrives, only its clips have been decoded."""
@@ -94,9 +125,11 @@ def test_streamed_evaluation_holds_one_batch_of_audio(tmp_path, monkeypatch):
     first = next(batches)
     assert len(first.y) == 5 and decoded == [f"test_{i}.wav" for i in range(5)]
     assert sum(1 for _ in batches) == 7 and len(decoded) == 40
-    assert S.EvalStream(data_dir=str(root), split="test", text_key="sentence", path_key="path", limit=12,
-                        min_clip_samples=task.clip_samples).count == 12  # a limit ends the stream early
-    assert len(decoded) == 40  # and measuring a stream decodes nothing (WAV headers)
+    monkeypatch.setattr(S, "seconds_of", lambda path: pytest.fail(f"measured {path} again"))
+    again = S.EvalStream(data_dir=str(root), split="test", text_key="sentence", path_key="path", limit=0,
+                         evaluate=12, min_clip_samples=task.clip_samples, cache_dir=tmp_path / "cache")
+    assert again.count == 12 and again.clip_samples == task.eval.clip_samples  # durations come from the cache
+    assert len(decoded) == 40  # and measuring a stream decodes nothing
 
 
 def test_release_durations_table_is_used_when_it_lists_every_clip(tmp_path, monkeypatch):
@@ -105,6 +138,9 @@ def test_release_durations_table_is_used_when_it_lists_every_clip(tmp_path, monk
     items = D.tsv_items(str(root), "train", "sentence", "path")
     seconds = S.durations(items, str(root), tmp_path / "cache")
     np.testing.assert_allclose(seconds, [round((0.4 + 0.13 * i) * 1000) / 1000 for i in range(14)])
+    stream = S.EvalStream(data_dir=str(root), split="test", text_key="sentence", path_key="path", limit=0,
+                          min_clip_samples=F.seconds_to_samples(1.0), cache_dir=tmp_path / "cache")
+    assert stream.count == 11 and stream.clip_samples == F.seconds_to_samples(2.0)  # 1.7 s, rounded up
 
 
 def test_streamed_run_writes_a_row(tmp_path):

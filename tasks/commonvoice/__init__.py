@@ -29,7 +29,7 @@ class CommonVoiceConfig:
     streaming: bool = param(False, help="tsv: decode each step's training clips when it draws them and stream the "
                                         "evaluation split (HF IterableDataset), one batch of audio at a time, "
                                         "instead of computing every clip's features up front; log-mel statistics "
-                                        "from the first 1000 training clips")
+                                        "from 1000 training clips spread over the table")
     text_key: str = param("sentence", help="tsv: transcript column")
     path_key: str = param("path", help="tsv: audio file column (relative to clips/)")
     sentences: str = param("/usr/share/trans/de-en", help="espeak: the trans-de-en dictionary file")

@@ -7,17 +7,21 @@ so hundreds of GB for a full English release.  Here:
 * **Training** keeps only the item table (audio path, normalised sentence, duration) of the clips that fit
   ``clip_seconds``.  The batch of step s is still drawn from (seed, s) alone (random access into that
   table, as imagenet's memory-mapped training split), and only its clips are decoded, in the DataLoader's
-  workers when ``num_workers`` > 0.  Durations come from the release's ``clip_durations.tsv`` (columns
+  workers when ``num_workers`` > 0; under data parallelism each rank decodes only its rows
+  (``CommonVoiceTask.train_shard``).  Durations come from the release's ``clip_durations.tsv`` (columns
   ``clip``, ``duration[ms]``) when it lists every clip, otherwise from each file (a WAV's header; other
-  formats are decoded once), cached per item list.
+  formats are decoded once), computed by one process under a file lock and cached per item list.
 * **Evaluation** reads ``<eval_split>.tsv`` as a streamed HuggingFace ``IterableDataset`` (csv builder,
-  tab-separated) and decodes one batch of clips at a time.  One pass over the stream first measures the
-  clips (header reads; only the running maximum and sum are kept) so that every evaluation clip has the
-  map-style reader's length: the longest utterance rounded up to 0.5 s, at least ``clip_seconds``.
+  tab-separated) and decodes one batch of clips at a time.  A first pass over the stream reads the split's
+  item table (paths and sentences of the first ``eval_utterances``, no audio) and its durations (as for
+  training), so that every evaluation clip has the map-style reader's length: the longest of those
+  utterances rounded up to 0.5 s, at least ``clip_seconds``; ``eval_samples`` then stops the evaluation
+  early without changing that length, as in the map-style reader.
 
 Standardisation: the map-style reader standardises log-mels by the mean and deviation over every training
-frame; streaming uses the first :data:`NORM_UTTERANCES` training clips (it cannot hold them all), so the two
-readers train slightly different models (the base model's key includes ``streaming``).
+frame; streaming uses :data:`NORM_UTTERANCES` training clips spread evenly over the table (all of them
+when there are fewer), cached, so the two readers can train slightly different models (the base model's
+key includes ``streaming``).
 """
 
 from __future__ import annotations
@@ -75,21 +79,38 @@ def release_durations(data_dir: str) -> dict[str, float]:
     return out
 
 
+def _cached_array(path: Path, compute: Callable[[], np.ndarray]) -> np.ndarray:
+    """``compute()`` saved at ``path`` once: one process computes under a file lock (data-parallel ranks
+    wait for it), the others load it."""
+    from filelock import FileLock
+
+    if path.exists():
+        return np.load(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{path}.lock"):
+        if path.exists():
+            return np.load(path)
+        value = np.asarray(compute())
+        tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npy")
+        np.save(tmp, value)
+        os.replace(tmp, path)
+    return value
+
+
+def _items_key(items: list[tuple[Path, str]] | list[Path], *extra: Any) -> str:
+    paths = [p if isinstance(p, Path) else p[0] for p in items]
+    listed = [(str(p), os.path.getsize(p)) for p in paths]
+    code = Path(__file__).read_bytes() + Path(F.__file__).read_bytes()
+    return hashlib.sha256(json.dumps([listed, list(map(str, extra))]).encode() + code).hexdigest()[:12]
+
+
 def durations(items: list[tuple[Path, str]], data_dir: str, cache_dir: Path) -> np.ndarray:
     """Seconds of every item: the release's table when it lists them all, else the files (cached)."""
     table = release_durations(data_dir)
     if table and all(p.name in table for p, _ in items):
         return np.array([table[p.name] for p, _ in items], dtype=np.float64)
-    key = hashlib.sha256(json.dumps([(str(p), os.path.getsize(p)) for p, _ in items]).encode()).hexdigest()[:12]
-    path = Path(cache_dir) / "commonvoice" / "data" / f"durations-{key}.npy"
-    if path.exists():
-        return np.load(path)
-    seconds = np.array([seconds_of(p) for p, _ in items], dtype=np.float64)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npy")
-    np.save(tmp, seconds)
-    os.replace(tmp, path)
-    return seconds
+    path = Path(cache_dir) / "commonvoice" / "data" / f"durations-{_items_key(items)}.npy"
+    return _cached_array(path, lambda: np.array([seconds_of(p) for p, _ in items], dtype=np.float64))
 
 
 def decode(paths: list[Path | str], clip_samples: int) -> np.ndarray:
@@ -132,27 +153,38 @@ def lazy_training_set(items: list[tuple[Path, str]], *, data_dir: str, clip_samp
                      len(items) - len(kept))
 
 
-def log_mel_statistics(train: LazyClips, n_mels: int) -> tuple[Tensor, Tensor]:
-    """Mean and deviation per mel bin over the frames of the first :data:`NORM_UTTERANCES` training clips,
-    accumulated one chunk at a time (float64 sums)."""
-    total, squares, frames = torch.zeros(n_mels, dtype=torch.float64), torch.zeros(n_mels, dtype=torch.float64), 0
-    n = min(NORM_UTTERANCES, len(train))
-    for start in range(0, n, 64):
-        feats = F.clips_to_features(decode(train.paths[start:min(n, start + 64)], train.clip_samples), n_mels)
-        flat = feats.reshape(-1, n_mels).double()
-        total += flat.sum(dim=0)
-        squares += (flat * flat).sum(dim=0)
-        frames += flat.shape[0]
-    mean = total / frames
-    var = (squares - frames * mean * mean) / max(frames - 1, 1)  # unbiased, as torch.std
-    return mean.float(), var.clamp_min(0).sqrt().float().clamp_min(1e-3)
+def log_mel_statistics(train: LazyClips, n_mels: int, cache_dir: Path) -> tuple[Tensor, Tensor]:
+    """Mean and deviation per mel bin over the frames of :data:`NORM_UTTERANCES` training clips spread
+    evenly over the table (every clip when there are fewer), accumulated a chunk at a time in float64;
+    computed once per clip list (cached)."""
+    n = len(train)
+    chosen = np.unique(np.linspace(0, n - 1, min(NORM_UTTERANCES, n)).round().astype(np.int64))
+    paths = [train.paths[i] for i in chosen]
+
+    def compute() -> np.ndarray:
+        total, squares, frames = np.zeros(n_mels), np.zeros(n_mels), 0
+        for start in range(0, len(paths), 64):
+            feats = F.clips_to_features(decode(paths[start:start + 64], train.clip_samples), n_mels)
+            flat = feats.reshape(-1, n_mels).double().numpy()
+            total += flat.sum(axis=0)
+            squares += (flat * flat).sum(axis=0)
+            frames += flat.shape[0]
+        mean = total / frames
+        var = (squares - frames * mean * mean) / max(frames - 1, 1)  # unbiased, as torch.std
+        return np.stack([mean, np.sqrt(np.clip(var, 0.0, None))])
+
+    path = Path(cache_dir) / "commonvoice" / "data" / f"logmel-stats-{_items_key(paths, n_mels, train.clip_samples)}.npy"
+    mean, std = torch.from_numpy(_cached_array(path, compute)).float()
+    return mean, std.clamp_min(1e-3)
 
 
 class EvalStream:
     """``<split>.tsv`` of a release read as a streamed HuggingFace ``IterableDataset``."""
 
     def __init__(self, *, data_dir: str, split: str, text_key: str, path_key: str, limit: int,
-                 min_clip_samples: int):
+                 min_clip_samples: int, cache_dir: Path, evaluate: int = 0):
+        """``limit``: the split's first N utterances (0 = all) size the clip; ``evaluate``: evaluate the
+        first N of them (0 = all)."""
         self.data_dir, self.split, self.limit = data_dir, split, limit
         self.text_key, self.path_key = text_key, path_key
         tsv = Path(data_dir) / f"{split}.tsv"
@@ -160,16 +192,15 @@ class EvalStream:
             raise UserError(f"commonvoice.data_dir={data_dir or '(unset)'}: no {split}.tsv there; point it at a "
                             "CommonVoice release directory (<split>.tsv + clips/)")
         self.tsv = tsv
-        count, longest, speech, width = 0, 0.0, 0.0, 1
-        for path, sentence in self.items():  # pass 1: lengths only
-            seconds = seconds_of(path)
-            count, longest, speech = count + 1, max(longest, seconds), speech + seconds
-            width = max(width, len(sentence))
-        if not count:
+        items = list(self.items())  # pass 1: the item table (paths and sentences, no audio)
+        if not items:
             raise UserError(f"commonvoice: {tsv} has no utterance with a transcript")
-        self.count, self.width = count, width  # label columns: the longest sentence (every batch alike)
-        self.clip_samples = max(min_clip_samples, F.seconds_to_samples(math.ceil(longest * 2) / 2))
-        self.speech_share = speech / (count * self.clip_samples / F.SAMPLE_RATE)
+        seconds = durations(items, data_dir, cache_dir)
+        self.width = max(len(s) for _, s in items)  # label columns: the longest sentence (every batch alike)
+        self.clip_samples = max(min_clip_samples, F.seconds_to_samples(math.ceil(float(seconds.max()) * 2) / 2))
+        self.total = len(items)
+        self.count = min(evaluate, self.total) if evaluate else self.total  # the utterances evaluated
+        self.speech_share = float(seconds.sum()) / (self.total * self.clip_samples / F.SAMPLE_RATE)
 
     def _rows(self) -> Iterator[dict[str, Any]]:
         from datasets import load_dataset
@@ -202,7 +233,9 @@ class EvalStream:
     def batches(self, size: int, featurize: Featurize) -> Iterator[tuple[Tensor, Tensor, list[str]]]:
         """(inputs, labels, sentences) of ``size`` consecutive utterances, decoded as they are read."""
         chunk: list[tuple[Path, str]] = []
-        for item in self.items():
+        for i, item in enumerate(self.items()):
+            if i >= self.count:
+                break
             chunk.append(item)
             if len(chunk) == size:
                 yield self._batch(chunk, featurize)

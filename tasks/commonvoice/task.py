@@ -102,7 +102,7 @@ class CommonVoiceTask(Task):
         if self.pretrained:  # waveform clips: no log-mel standardisation
             self.mean, self.std = torch.zeros(1), torch.ones(1)
         elif isinstance(self.train, S.LazyClips):
-            self.mean, self.std = S.log_mel_statistics(self.train, int(cfg.n_mels))
+            self.mean, self.std = S.log_mel_statistics(self.train, int(cfg.n_mels), Path(run.cache_dir))
         else:
             feats = self.train.features.reshape(-1, self.train.features.shape[-1])
             self.mean, self.std = feats.mean(dim=0), feats.std(dim=0).clamp_min(1e-3)
@@ -215,10 +215,9 @@ class CommonVoiceTask(Task):
 
     def _eval_stream(self) -> S.EvalStream:
         c = self.cfg
-        limits = [n for n in (int(c.eval_utterances), int(c.eval_samples)) if n]
         return S.EvalStream(data_dir=str(c.data_dir), split=str(c.eval_split), text_key=str(c.text_key),
-                            path_key=str(c.path_key), limit=min(limits) if limits else 0,
-                            min_clip_samples=self.clip_samples)
+                            path_key=str(c.path_key), limit=int(c.eval_utterances), evaluate=int(c.eval_samples),
+                            min_clip_samples=self.clip_samples, cache_dir=Path(self.run.cache_dir))
 
     def _featurize(self, clips: np.ndarray) -> Tensor:
         """[N, samples] clips -> the model's input: waveforms for a checkpoint, else log-mel frames."""
@@ -240,7 +239,9 @@ class CommonVoiceTask(Task):
             where = f"{c.eval_split}"
         n = self._eval_count()
         if isinstance(self.eval, S.EvalStream):
-            return (f"{train}; eval {where} streamed: {n} utterances; {self.eval.clip_samples / F.SAMPLE_RATE:g} s "
+            return (f"{train}; eval {where} streamed: {self.eval.total} utterances"
+                    + (f", first {n}" if n < self.eval.total else "")
+                    + f"; {self.eval.clip_samples / F.SAMPLE_RATE:g} s "
                     f"clips, speech {100 * self.eval.speech_share:.0f}% of clip time")
         return (f"{train}; eval {where}: {self.eval.description}"
                 + (f", first {n}" if n < len(self.eval) else "")
@@ -262,28 +263,52 @@ class CommonVoiceTask(Task):
         return min(limit, len(self.eval)) if limit else len(self.eval)
 
     def train_batch(self, step: int, batch_size: int) -> Batch:
+        return self._train_rows(step, batch_size, slice(None))
+
+    def train_shard(self, step: int, batch_size: int, rank: int, world: int) -> Batch:
+        """Only this rank's rows are decoded (streaming) or copied; the indices and the SpecAugment masks are
+        drawn for the whole global batch first, so a shard holds exactly the single-process rows."""
+        if world == 1:
+            return self.train_batch(step, batch_size)
+        n = min(batch_size, len(self.train))
+        return self._train_rows(step, batch_size, slice(rank * n // world, (rank + 1) * n // world))
+
+    def _train_rows(self, step: int, batch_size: int, rows: slice) -> Batch:
         rng = np.random.default_rng([int(self.run.seed), int(step), 7])
         idx = rng.choice(len(self.train), size=min(batch_size, len(self.train)), replace=False)
+        masks = self._mask_plan(rng, len(idx)) if bool(self.cfg.spec_augment) and not self.pretrained else None
+        idx = idx[rows]
         if isinstance(self.train, S.LazyClips):
             x, y = self.train.batch(idx, self._featurize)  # decoded now (in a DataLoader worker if any)
         else:
             x, y = self.train.features[idx].clone(), self.train.labels[idx]
-        if bool(self.cfg.spec_augment) and not self.pretrained:
-            self._spec_augment(x, rng)
+        if masks is not None:
+            self._spec_augment(x, masks[rows])
         return Batch(x, y, {"index": torch.as_tensor(idx)})
 
-    def _spec_augment(self, x: Tensor, rng: np.random.Generator) -> None:
-        """SpecAugment-style masks (Park et al. 2019), in place: per utterance 2 mel bands of width ≤ 6 and
-        2 time spans of ≤ 15 frames set to the training mean (0 after the stem's standardisation)."""
-        frames, mels = x.shape[1], x.shape[2]
-        for i in range(x.shape[0]):
+    def _mask_plan(self, rng: np.random.Generator, n: int) -> list[list[tuple[int, int, int, int]]]:
+        """SpecAugment-style masks (Park et al. 2019) of ``n`` utterances: per utterance 2 × (mel band start,
+        width ≤ 6, time span start, length ≤ 15 frames), drawn in this order from the step's generator."""
+        frames, mels = F.n_frames(self.clip_samples), int(self.cfg.n_mels)
+        plan = []
+        for _ in range(n):
+            row = []
             for _ in range(2):
                 w = int(rng.integers(0, 7))
                 f0 = int(rng.integers(0, mels - w + 1))
+                tw = int(rng.integers(0, 16))
+                t0 = int(rng.integers(0, frames - tw + 1))
+                row.append((f0, w, t0, tw))
+            plan.append(row)
+        return plan
+
+    def _spec_augment(self, x: Tensor, plan: list[list[tuple[int, int, int, int]]]) -> None:
+        """Apply the masks in place: the bands and spans are set to the training mean (0 after the stem's
+        standardisation)."""
+        for i, row in enumerate(plan):
+            for f0, w, t0, tw in row:
                 x[i, :, f0:f0 + w] = self.mean[f0:f0 + w]
-                w = int(rng.integers(0, 16))
-                t0 = int(rng.integers(0, frames - w + 1))
-                x[i, t0:t0 + w] = self.mean
+                x[i, t0:t0 + tw] = self.mean
 
     def eval_batches(self) -> Iterable[Batch]:
         size, total = int(self.cfg.eval_batch), self._eval_count()
@@ -303,7 +328,6 @@ class CommonVoiceTask(Task):
         reps = (-(-batch_size // len(x)),) + (1,) * (x.dim() - 1)
         return x.repeat(*reps)[:batch_size]
 
-    @functools.lru_cache(maxsize=2)
     def _example_pool(self, batch_size: int) -> Tensor:
         if isinstance(self.eval, S.EvalStream):
             return next(iter(self.eval.batches(min(batch_size, self.eval.count), self._featurize)))[0]
