@@ -238,9 +238,10 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
     if check.b_is_point and len(b_pts) != 1:
         found = "; ".join(f"{p['curve']} {p['knob_name']}={knob_label(p['knob_value'])}" for _, p in b_pts.iterrows())
         raise ValueError(f"claim check {check.title!r}: b_is_point needs exactly one point of {check.b.name}, "
-                         f"found {len(b_pts)} ({found}): rows of that point made under two configurations (a "
-                         "changed default budget or protocol) share one results directory; remove the superseded "
-                         "rows (git history keeps them)")
+                         f"found {len(b_pts)} ({found}): either the claim's selector matches several points "
+                         "(narrow it), or rows of one point made under two configurations (a changed default "
+                         "budget or protocol) share the results directory (remove the superseded rows; git "
+                         "history keeps them)")
 
     def b_at(x: float, draws_b=None, seed: int | None = None) -> tuple[float, np.ndarray | None]:
         if check.b_is_point:

@@ -267,7 +267,11 @@ def compare_settings(curves: list[Curve], results_dir: Path | str) -> list[Compa
     for curve in curves:
         default = next((c for c in curves if c.is_default and c.task == curve.task and c.dataset == curve.dataset),
                        None)
-        if curve.is_default or default is None:
+        if curve.is_default:
+            continue
+        if default is None:  # e.g. a setting that changes the data: listed, not compared
+            out.append(Comparison(curve.task, curve.setting or curve.dataset, 0, math.nan, math.nan, math.nan,
+                                  "not compared: no default-configuration curve on this dataset"))
             continue
         for n in sorted(set(curve.steps) & set(default.steps)):
             at = [c.rows[c.rows["steps"] == n].set_index("seed") for c in (curve, default)]
@@ -452,8 +456,8 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
                   "over test examples; **better** / **worse** when the 95% CI excludes 0, **inconclusive** "
                   "otherwise.", "",
                   markdown_table(["task", "setting", "base steps", "Δ [95% CI]", "per seed", "verdict"],
-                                 [[c.task, c.setting, str(c.steps),
-                                   f"{c.delta:+.4g} [{c.low:+.4g}, {c.high:+.4g}]",
+                                 [[c.task, c.setting, str(c.steps) if c.steps else "—",
+                                   f"{c.delta:+.4g} [{c.low:+.4g}, {c.high:+.4g}]" if c.steps else "—",
                                    ", ".join(f"s{s}: {d:+.4g}" for s, d in sorted(c.seed_deltas.items())),
                                    c.verdict] for c in comparisons]), ""]
     lines += sections

@@ -137,7 +137,12 @@ def test_arrow_training_batches_equal_the_list_path(tmp_path, hf_cache, monkeypa
         a, b = task.train_batch(step, 8), old.train_batch(step, 8)
         assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y) and torch.equal(a.meta["index"], b.meta["index"])
     tables = list((tmp_path / "cache" / "iwslt" / "tokenized").glob("train-*.arrow"))
-    assert len(tables) == 1  # under the run's cache dir, reused by the second task
+    assert len(tables) == 1  # under the run's cache dir
+    stamp = tables[0].stat().st_mtime_ns
+    again = _task(tmp_path, *HF, f"iwslt.data_dir={folder}")
+    assert np.array_equal(again._train_rows.lengths, task._train_rows.lengths)  # a new task reads the table
+    assert list((tmp_path / "cache" / "iwslt" / "tokenized").glob("train-*.arrow")) == tables
+    assert tables[0].stat().st_mtime_ns == stamp  # reused, not rewritten
     assert old._train_rows is lists and task._train_rows.table.cache_files[0]["filename"] == str(tables[0])
 
 

@@ -189,3 +189,10 @@ def test_a_setting_a_seed_contradicts_is_inconclusive(tmp_path):
     _write(tmp_path, default, 0.79, 1, d_model=32)
     (compared,) = report_curves.compare_settings(report_curves.load_curves(tmp_path), tmp_path)
     assert compared.low > 0 and compared.verdict == "inconclusive"
+
+
+def test_a_setting_without_a_default_curve_on_its_dataset_is_listed_not_compared(tmp_path):
+    default = report_curves.default_train_steps("imagenet")
+    _write(tmp_path, default, 0.70, 0, d_model=32)
+    (listed,) = report_curves.compare_settings(report_curves.load_curves(tmp_path), tmp_path)
+    assert listed.verdict.startswith("not compared") and math.isnan(listed.delta)

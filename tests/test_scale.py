@@ -202,10 +202,14 @@ def test_fp16_skips_a_step_with_infinite_gradients(tmp_path):
         loss = nn.functional.cross_entropy(m(b.x), b.y)
         return loss * float("inf") if torch.equal(b.x, xs[0]) else loss
 
-    train.fit(model, lambda s: Batch(xs[s], ys[s]), loss_fn, steps=1, lr=0.05, ckpt=tmp_path / "one.pt",
-              desc="inf", precision="fp16")
+    with pytest.raises(train.Interrupted):  # stop after the overflowing step, keeping its partial state
+        train.fit(model, lambda s: Batch(xs[s], ys[s]), loss_fn, steps=2, lr=0.05, ckpt=tmp_path / "one.pt",
+                  desc="inf", precision="fp16", stop_after=1)
     for key, value in model.state_dict().items():
         assert torch.equal(value, before[key]), key
+    state = torch.load(tmp_path / "one.partial.pt", weights_only=False)
+    fresh = torch.amp.GradScaler("cpu")
+    assert state["scaler"]["scale"] == fresh.get_scale() * fresh.get_backoff_factor()  # halved
     model2 = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
     model2.load_state_dict(before)
     train.fit(model2, lambda s: Batch(xs[s], ys[s]), loss_fn, steps=2, lr=0.05, ckpt=tmp_path / "two.pt",
