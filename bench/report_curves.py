@@ -9,7 +9,8 @@ separate curves):
 
 * quality against base steps: the seed mean with its bootstrap 95% CI over test examples (``bench.stats``,
   paired: every row of a curve is resampled with the same examples);
-* the gain from doubling the steps (each N whose 2N was run): Δ = quality(2N) − quality(N), the metric's
+* the gain from more steps: from each N to 2N when both were run (the doublings the target judges), and
+  between consecutive step counts otherwise: Δ = quality(larger) − quality(smaller), the metric's
   direction applied, with its paired 95% CI;
 * every other setting (e.g. ``iwslt.dropout=0.3``) against the default configuration at the same steps:
   Δ with one paired bootstrap over both curves' rows, better / worse / inconclusive by the claims' rule
@@ -212,38 +213,52 @@ def points(curve: Curve) -> list[Point]:
 
 @dataclass
 class Doubling:
-    steps: int  # N; the gain is from N to 2N steps
+    steps: int  # N; the gain is from N to ``to_steps`` (2N for a doubling)
     gain: float  # mean over the paired seeds
     low: float
     high: float
-    verdict: str  # against the target's doubling gain ("" without one)
+    verdict: str  # against the target's doubling gain ("" without one, or when not a doubling)
     seed_gains: dict[int, float] = field(default_factory=dict)
+    to_steps: int = 0
+
+    @property
+    def is_doubling(self) -> bool:
+        return self.to_steps == 2 * self.steps
+
+
+def _gain(curve: Curve, n: int, m: int, threshold: float | None) -> Doubling | None:
+    """Δ = quality(m) − quality(n) (metric direction applied): the mean over the seeds with rows at both,
+    with the paired bootstrap CI of the difference of seed means (both on one test set; otherwise no CI
+    and the verdict is inconclusive), and each seed's own gain."""
+    at = {steps: curve.rows[curve.rows["steps"] == steps].set_index("seed") for steps in (n, m)}
+    seeds = sorted(set(at[n].index) & set(at[m].index))
+    if not seeds:
+        return None
+    per_seed = {int(s): curve.sign() * (float(at[m].loc[s, "quality"]) - float(at[n].loc[s, "quality"]))
+                for s in seeds}
+    lo_keys = [at[n].loc[s, "row_key"] for s in seeds]
+    hi_keys = [at[m].loc[s, "row_key"] for s in seeds]
+    a, b = curve.unc.mean_draws(hi_keys), curve.unc.mean_draws(lo_keys)
+    same_set = a is not None and b is not None and curve.unc.test_set[hi_keys[0]] == curve.unc.test_set[lo_keys[0]]
+    low, high = stats.interval(curve.sign() * (a - b)) if same_set else (math.nan, math.nan)
+    verdict = below(low, high, threshold) if threshold is not None and m == 2 * n else ""
+    return Doubling(n, float(np.mean(list(per_seed.values()))), low, high, verdict, per_seed, m)
 
 
 def doublings(curve: Curve, threshold: float | None) -> list[Doubling]:
-    """Δ = quality(2N) − quality(N) (metric direction applied) for every N whose 2N is on the curve: the
-    mean over the seeds with rows at both, with the paired bootstrap CI of the difference of seed means
-    (both on one test set; otherwise no CI and the verdict is inconclusive), and each seed's own gain."""
+    """The gain from N to 2N steps for every N whose 2N is on the curve (see :func:`_gain`)."""
     have = set(curve.steps)
-    out = []
-    for n in curve.steps:
-        if 2 * n not in have:
-            continue
-        at = {steps: curve.rows[curve.rows["steps"] == steps].set_index("seed") for steps in (n, 2 * n)}
-        seeds = sorted(set(at[n].index) & set(at[2 * n].index))
-        if not seeds:
-            continue
-        per_seed = {int(s): curve.sign() * (float(at[2 * n].loc[s, "quality"]) - float(at[n].loc[s, "quality"]))
-                    for s in seeds}
-        lo_keys = [at[n].loc[s, "row_key"] for s in seeds]
-        hi_keys = [at[2 * n].loc[s, "row_key"] for s in seeds]
-        a, b = curve.unc.mean_draws(hi_keys), curve.unc.mean_draws(lo_keys)
-        same_set = a is not None and b is not None and \
-            curve.unc.test_set[hi_keys[0]] == curve.unc.test_set[lo_keys[0]]
-        low, high = stats.interval(curve.sign() * (a - b)) if same_set else (math.nan, math.nan)
-        verdict = below(low, high, threshold) if threshold is not None else ""
-        out.append(Doubling(n, float(np.mean(list(per_seed.values()))), low, high, verdict, per_seed))
-    return out
+    found = [_gain(curve, n, 2 * n, threshold) for n in curve.steps if 2 * n in have]
+    return [d for d in found if d is not None]
+
+
+def step_gains(curve: Curve, threshold: float | None) -> list[Doubling]:
+    """The doublings and the gain between consecutive step counts that are not one (e.g. 10,000 ->
+    18,000), in order of N; only doublings are judged against the target."""
+    pairs = {(n, 2 * n) for n in curve.steps if 2 * n in set(curve.steps)}
+    pairs |= set(zip(curve.steps[:-1], curve.steps[1:]))
+    found = [_gain(curve, n, m, threshold) for n, m in sorted(pairs)]
+    return [d for d in found if d is not None]
 
 
 @dataclass
@@ -365,7 +380,7 @@ def plot_curve(curve: Curve, pts: list[Point], target, path: Path) -> Path:
 def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
     pts = points(curve)
     gain_threshold = None if target is None or not curve.is_default else target.doubling_gain
-    doubles = doublings(curve, gain_threshold)
+    doubles = step_gains(curve, gain_threshold)
     arrow = "↑" if curve.higher_is_better else "↓"
     lines = [f"## {md_escape(curve.task)}" + (f" — {md_escape(curve.setting)}" if curve.setting else ""), "",
              f"Dataset: {md_escape(curve.dataset)}. Metric: {curve.metric} {arrow}."
@@ -380,14 +395,16 @@ def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
     lines += [markdown_table(["base steps", f"{curve.metric} [95% CI]", "per seed", "training minutes (max)"],
                              table), ""]
     if doubles:
-        rows = [[f"{d.steps} → {2 * d.steps}", f"{_fmt(d.gain, curve.metric)} [{_fmt(d.low, curve.metric)}, "
+        rows = [[f"{d.steps} → {d.to_steps}", f"{_fmt(d.gain, curve.metric)} [{_fmt(d.low, curve.metric)}, "
                  f"{_fmt(d.high, curve.metric)}]",
                  ", ".join(f"s{s}: {_fmt(g, curve.metric)}" for s, g in d.seed_gains.items())]
-                + ([f"< {gain_threshold:g}", d.verdict] if gain_threshold is not None else [])
+                + ([f"< {gain_threshold:g}" if d.is_doubling else "— (not a doubling)", d.verdict or "—"]
+                   if gain_threshold is not None else [])
                 for d in doubles]
-        header = ["doubling", "gain Δ [95% CI]", "per seed"] + (["target", "verdict"] if gain_threshold is not None else [])
-        lines += ["Gain from doubling the steps (Δ = quality at 2N − quality at N, the metric's direction applied; "
-                  "paired over test examples):", "", markdown_table(header, rows), ""]
+        header = ["steps", "gain Δ [95% CI]", "per seed"] + (["target", "verdict"] if gain_threshold is not None else [])
+        lines += ["Gain from more steps (Δ = quality at the larger − quality at the smaller step count, the "
+                  "metric's direction applied; paired over test examples; the target judges doublings, N → 2N):",
+                  "", markdown_table(header, rows), ""]
     summary = {"task": curve.task, "default": curve.default_steps, "checks": []}
     default = next((p for p in pts if p.steps == curve.default_steps), None)
     if target is not None and not curve.is_default:
@@ -401,7 +418,7 @@ def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
                     f"{_fmt(default.high, curve.metric)}]" if default else "n/a"
             checks.append([f"{curve.metric} {sign} {target.quality:g} at the default", value, verdict])
         if target.doubling_gain is not None:
-            d = next((d for d in doubles if d.steps == curve.default_steps), None)
+            d = next((d for d in doubles if d.steps == curve.default_steps and d.is_doubling), None)
             value = f"{_fmt(d.gain, curve.metric)} [{_fmt(d.low, curve.metric)}, {_fmt(d.high, curve.metric)}]" \
                 if d else "n/a"
             checks.append([f"doubling the default gains < {target.doubling_gain:g}", value,

@@ -196,3 +196,17 @@ def test_a_setting_without_a_default_curve_on_its_dataset_is_listed_not_compared
     _write(tmp_path, default, 0.70, 0, d_model=32)
     (listed,) = report_curves.compare_settings(report_curves.load_curves(tmp_path), tmp_path)
     assert listed.verdict.startswith("not compared") and math.isnan(listed.delta)
+
+
+def test_consecutive_steps_that_are_not_a_doubling_get_a_gain_but_no_target(tmp_path):
+    default = report_curves.default_train_steps("imagenet")
+    _write(tmp_path, default // 2, 0.80, 0)
+    _write(tmp_path, 3 * default // 4, 0.84, 0)
+    _write(tmp_path, default, 0.86, 0)
+    (curve,) = report_curves.load_curves(tmp_path)
+    gains = {(d.steps, d.to_steps): d for d in report_curves.step_gains(curve, 0.002)}
+    assert set(gains) == {(default // 2, 3 * default // 4), (3 * default // 4, default), (default // 2, default)}
+    assert gains[(default // 2, default)].is_doubling and gains[(default // 2, default)].verdict == report_curves.MISSED
+    step = gains[(default // 2, 3 * default // 4)]
+    assert step.gain == pytest.approx(0.04) and step.low > 0 and step.verdict == ""
+    assert [(d.steps, d.to_steps) for d in report_curves.doublings(curve, 0.002)] == [(default // 2, default)]
