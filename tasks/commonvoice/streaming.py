@@ -4,17 +4,17 @@ The map-style reader (task.py ``_recordings``) computes every selected clip's fe
 them in memory and in one cache file: fine for the offline sets, about 0.3 MB per 10 s clip at 80 bins,
 so hundreds of GB for a full English release.  Here:
 
-* **Training** keeps only the item table (audio path, normalised sentence, duration) of the clips that fit
-  ``clip_seconds``.  The batch of step s is still drawn from (seed, s) alone (random access into that
+* **Training** keeps only the item table (audio path, normalised sentence) of the clips that fit
+  ``clip_seconds`` (durations decide which fit).  The batch of step s is still drawn from (seed, s) alone (random access into that
   table, as imagenet's memory-mapped training split), and only its clips are decoded, in the DataLoader's
   workers when ``num_workers`` > 0; under data parallelism each rank decodes only its rows
   (``CommonVoiceTask.train_shard``).  Durations come from the release's ``clip_durations.tsv`` (columns
   ``clip``, ``duration[ms]``) when it lists every clip, otherwise from each file (a WAV's header; other
   formats are decoded once), computed by one process under a file lock and cached per item list.
-* **Evaluation** reads ``<eval_split>.tsv`` as a streamed HuggingFace ``IterableDataset`` (csv builder,
-  tab-separated) and decodes one batch of clips at a time.  A first pass over the stream reads the split's
-  item table (paths and sentences of the first ``eval_utterances``, no audio) and its durations (as for
-  training), so that every evaluation clip has the map-style reader's length: the longest of those
+* **Evaluation** reads ``<eval_split>.tsv`` once as a streamed HuggingFace ``IterableDataset`` (csv builder,
+  tab-separated) into the split's item table (paths and sentences of the first ``eval_utterances``, no
+  audio) and decodes one batch of clips at a time from that table.  The table's durations (as for
+  training) size the clip, so that every evaluation clip has the map-style reader's length: the longest of those
   utterances rounded up to 0.5 s, at least ``clip_seconds``; ``eval_samples`` then stops the evaluation
   early without changing that length, as in the map-style reader.
 
@@ -124,7 +124,6 @@ class LazyClips:
 
     paths: list[Path]
     texts: list[str]
-    seconds: np.ndarray
     clip_samples: int
     width: int  # label columns (the longest sentence)
     dropped: int  # clips longer than the clip, left out
@@ -149,8 +148,7 @@ def lazy_training_set(items: list[tuple[Path, str]], *, data_dir: str, clip_samp
     keep = np.flatnonzero(seconds * F.SAMPLE_RATE <= clip_samples)
     kept = [items[i] for i in keep]
     width = max([len(s) for _, s in kept] + [1])
-    return LazyClips([p for p, _ in kept], [s for _, s in kept], seconds[keep], clip_samples, width,
-                     len(items) - len(kept))
+    return LazyClips([p for p, _ in kept], [s for _, s in kept], clip_samples, width, len(items) - len(kept))
 
 
 def log_mel_statistics(train: LazyClips, n_mels: int, cache_dir: Path) -> tuple[Tensor, Tensor]:
@@ -192,13 +190,13 @@ class EvalStream:
             raise UserError(f"commonvoice.data_dir={data_dir or '(unset)'}: no {split}.tsv there; point it at a "
                             "CommonVoice release directory (<split>.tsv + clips/)")
         self.tsv = tsv
-        items = list(self.items())  # pass 1: the item table (paths and sentences, no audio)
+        items = list(self._read_items())  # the item table (paths and sentences, no audio)
         if not items:
             raise UserError(f"commonvoice: {tsv} has no utterance with a transcript")
         seconds = durations(items, data_dir, cache_dir)
         self.width = max(len(s) for _, s in items)  # label columns: the longest sentence (every batch alike)
         self.clip_samples = max(min_clip_samples, F.seconds_to_samples(math.ceil(float(seconds.max()) * 2) / 2))
-        self.total = len(items)
+        self.items, self.total = items, len(items)
         self.count = min(evaluate, self.total) if evaluate else self.total  # the utterances evaluated
         self.speech_share = float(seconds.sum()) / (self.total * self.clip_samples / F.SAMPLE_RATE)
 
@@ -209,7 +207,7 @@ class EvalStream:
                               quoting=3, keep_default_na=False, streaming=True)
         return iter(stream)
 
-    def items(self) -> Iterator[tuple[Path, str]]:
+    def _read_items(self) -> Iterator[tuple[Path, str]]:
         """(audio path, normalised sentence) of the split's rows with a transcript, the first ``limit``."""
         clips = Path(self.data_dir) / "clips"
         seen = 0
@@ -231,17 +229,10 @@ class EvalStream:
             yield path, sentence
 
     def batches(self, size: int, featurize: Featurize) -> Iterator[tuple[Tensor, Tensor, list[str]]]:
-        """(inputs, labels, sentences) of ``size`` consecutive utterances, decoded as they are read."""
-        chunk: list[tuple[Path, str]] = []
-        for i, item in enumerate(self.items()):
-            if i >= self.count:
-                break
-            chunk.append(item)
-            if len(chunk) == size:
-                yield self._batch(chunk, featurize)
-                chunk = []
-        if chunk:
-            yield self._batch(chunk, featurize)
+        """(inputs, labels, sentences) of ``size`` consecutive utterances of the first ``count``, each batch
+        decoded when it is yielded."""
+        for start in range(0, self.count, size):
+            yield self._batch(self.items[start:min(self.count, start + size)], featurize)
 
     def _batch(self, chunk: list[tuple[Path, str]], featurize: Featurize) -> tuple[Tensor, Tensor, list[str]]:
         texts = [s for _, s in chunk]

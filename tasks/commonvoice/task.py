@@ -90,15 +90,15 @@ class CommonVoiceTask(Task):
             self.vocab: P.CheckpointVocab | None = self._checkpoint.vocab
         else:
             self.vocab = None
-        self.streaming = bool(cfg.streaming)
-        if self.streaming and (self.source != "tsv" or str(cfg.eval_set) != "default"):
+        streaming = bool(cfg.streaming)
+        if streaming and (self.source != "tsv" or str(cfg.eval_set) != "default"):
             raise UserError("commonvoice.streaming=true reads a CommonVoice release (commonvoice.source=tsv, "
                             "eval_set=default); the offline sets are built once and cached: leave it false")
-        self.train: Corpus | S.LazyClips = self._lazy_train() if self.streaming else self._train_corpus()
+        self.train: Corpus | S.LazyClips = self._lazy_train() if streaming else self._train_corpus()
         if len(self.train) == 0:
             raise UserError(f"commonvoice: no training utterance fits a {cfg.clip_seconds} s clip; raise "
                             "commonvoice.clip_seconds")
-        self.eval: Corpus | S.EvalStream = self._eval_stream() if self.streaming else self._eval_corpus()
+        self.eval: Corpus | S.EvalStream = self._eval_stream() if streaming else self._eval_corpus()
         if self.pretrained:  # waveform clips: no log-mel standardisation
             self.mean, self.std = torch.zeros(1), torch.ones(1)
         elif isinstance(self.train, S.LazyClips):
@@ -184,11 +184,15 @@ class CommonVoiceTask(Task):
             sentences = self._sentences[EVAL_POOL: EVAL_POOL + int(c.train_utterances)]
             corpus = self._espeak("espeak-train", sentences, int(c.data_seed) * 2 + 1)
         else:
-            items = D.tsv_items(str(c.data_dir), str(c.train_split), str(c.text_key), str(c.path_key))
-            if int(c.train_utterances):
-                items = items[: int(c.train_utterances)]
-            corpus = self._recordings("tsv-train", items, clip_samples=self.clip_samples, reader=D.read_audio)
+            corpus = self._recordings("tsv-train", self._tsv_train_items(), clip_samples=self.clip_samples,
+                                      reader=D.read_audio)
         return corpus
+
+    def _tsv_train_items(self) -> list[tuple[Path, str]]:
+        """(audio path, sentence) of the release's training split, its first ``train_utterances`` (0 = all)."""
+        c = self.cfg
+        items = D.tsv_items(str(c.data_dir), str(c.train_split), str(c.text_key), str(c.path_key))
+        return items[: int(c.train_utterances)] if int(c.train_utterances) else items
 
     def _eval_corpus(self) -> Corpus:
         c = self.cfg
@@ -206,12 +210,8 @@ class CommonVoiceTask(Task):
         return self._recordings(f"tsv-{c.eval_split}", items, clip_samples=None, reader=D.read_audio)
 
     def _lazy_train(self) -> S.LazyClips:
-        c = self.cfg
-        items = D.tsv_items(str(c.data_dir), str(c.train_split), str(c.text_key), str(c.path_key))
-        if int(c.train_utterances):
-            items = items[: int(c.train_utterances)]
-        return S.lazy_training_set(items, data_dir=str(c.data_dir), clip_samples=self.clip_samples,
-                                   cache_dir=Path(self.run.cache_dir))
+        return S.lazy_training_set(self._tsv_train_items(), data_dir=str(self.cfg.data_dir),
+                                   clip_samples=self.clip_samples, cache_dir=Path(self.run.cache_dir))
 
     def _eval_stream(self) -> S.EvalStream:
         c = self.cfg
