@@ -32,6 +32,8 @@ RULES = [
     "seed's test does not support at p < 0.05 is downgraded to inconclusive.",
     "* A budget outside a method's measured cost range is \"not measured\" (inconclusive): hulls are never "
     "extrapolated.",
+    "* **Rows read** counts the points a claim's checks selected, the seeds each point has rows for, and the "
+    "training-protocol version those rows were made under (rows without a `protocol` column are version 1).",
     "* A check over several budgets or points holds when all of them hold (quantifier \"all\"; it does not hold "
     "when any does not) or when one of them holds (\"any\"; it does not hold when none does); a claim holds when "
     "every check holds.",
@@ -60,6 +62,7 @@ class CheckResult:
     items: list[Item]
     verdict: str
     header: tuple[str, str] = ("a", "b")
+    points: tuple[tuple[str, ...], ...] = ()  # the row keys of each point the check read (one per seed)
 
 
 @dataclass
@@ -69,6 +72,12 @@ class ClaimResult:
     checks: list[CheckResult] = field(default_factory=list)
     verdict: str = UNSURE
     reason: str = ""
+
+    @property
+    def evidence(self) -> str:
+        """The rows the claim read, e.g. "14 points · 3 seeds each · protocol 2" (:func:`evidence_text`)."""
+        points = {keys for check in self.checks for keys in check.points}
+        return evidence_text(self.view, points) if self.view is not None else NA
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,6 +197,26 @@ def _seed_rows(view: TaskView, points) -> dict[int, dict]:
     return out
 
 
+def evidence_text(view: TaskView, points) -> str:
+    """How many points a claim read, how many seeds each has, and under which protocol versions their rows
+    were made (rows without a ``protocol`` column are version 1): what "evaluated on three seeds of the new
+    rows" is checked against."""
+    from bench.report import protocol_versions
+
+    if not points:
+        return "no points"
+    seeds = sorted({len(keys) for keys in points})
+    rows = view.rows[view.rows["row_key"].isin({key for keys in points for key in keys})]
+    versions = sorted(set(protocol_versions(rows)))
+    seed_text = f"{seeds[0]} seed{'s' if seeds[0] > 1 else ''} each" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]} seeds"
+    protocol_text = ("protocol " if len(versions) == 1 else "protocols ") + ", ".join(str(v) for v in versions)
+    return f"{len(points)} point{'s' if len(points) > 1 else ''} · {seed_text} · {protocol_text}"
+
+
+def _point_keys(*frames) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(keys) for frame in frames for keys in frame["keys"])
+
+
 # ---------------------------------------------------------------------------------------------
 # Checks
 # ---------------------------------------------------------------------------------------------
@@ -218,7 +247,8 @@ def _reaches(view: TaskView, check: Reaches) -> CheckResult:
             verdict=result, reason=reason))
     title = check.title or (f"{check.select.name} {'fails' if check.fails else 'reaches'}: "
                             f"{view.metric} {'below' if check.fails == hib else 'above'} {check.threshold:g}")
-    return CheckResult(title, check.quantifier, items, combine([i.verdict for i in items], check.quantifier))
+    return CheckResult(title, check.quantifier, items, combine([i.verdict for i in items], check.quantifier),
+                       points=_point_keys(pts))
 
 
 def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
@@ -229,7 +259,7 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
         missing = check.a.name if a_pts.empty else check.b.name
         return CheckResult(check.title or f"{check.a.name} vs {check.b.name}", check.quantifier,
                            [Item(f"no points of {missing}", "", "", math.nan, math.nan, math.nan, "", "", UNSURE,
-                                 "no rows")], UNSURE)
+                                 "no rows")], UNSURE, points=_point_keys(a_pts, b_pts))
     a_draws = [view.unc.mean_draws(k) for k in a_pts["keys"]]
     b_draws = [view.unc.mean_draws(k) for k in b_pts["keys"]]
     have = all(d is not None for d in a_draws + b_draws)
@@ -314,7 +344,7 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
                               "; ".join(extra), pvalues))
     title = check.title or f"{check.a.name} better than {check.b.name}"
     return CheckResult(title, check.quantifier, items, combine([i.verdict for i in items], check.quantifier),
-                       (check.a.name, check.b.name))
+                       (check.a.name, check.b.name), _point_keys(a_pts, b_pts))
 
 
 def _sacrebleu(view: TaskView, base_key: str, system_key: str) -> dict | None:
@@ -333,7 +363,8 @@ def _increases(view: TaskView, check: Increases) -> CheckResult:
         return pearsonr(rankdata(x, axis=axis), rankdata(y, axis=axis), axis=axis).statistic
 
     items = []
-    for _, point in select_points(view, check.select).iterrows():
+    pts = select_points(view, check.select)
+    for _, point in pts.iterrows():
         for key, seed in zip(point["keys"], point["seeds"]):
             samples = view.unc.samples.get(key)
             where = f"{point['curve']} {point['knob_name']}={knob_label(point['knob_value'])}, seed {seed}"
@@ -350,7 +381,8 @@ def _increases(view: TaskView, check: Increases) -> CheckResult:
             items.append(Item(where, f"Spearman ρ({check.y}, {check.x}) = {_ci_text(rho, lo, hi, '.3f')}", "", rho,
                               lo, hi, "ρ > 0", "", verdict(lo, hi, 0.0)))
     title = check.title or f"{check.select.name}: {check.y} increases with {check.x}"
-    return CheckResult(title, check.quantifier, items, combine([i.verdict for i in items], check.quantifier))
+    return CheckResult(title, check.quantifier, items, combine([i.verdict for i in items], check.quantifier),
+                       points=_point_keys(pts))
 
 
 def evaluate(claim: Claim, views: list[TaskView], results_dir) -> ClaimResult:
@@ -386,9 +418,9 @@ def _headline(result: ClaimResult) -> str:
 
 
 def summary_lines(claim_results: list[ClaimResult], link: str = "claims.md") -> list[str]:
-    header = ["claim", "source", "tested on", "verdict (95%)", "deciding number [95% CI]"]
+    header = ["claim", "source", "tested on", "verdict (95%)", "deciding number [95% CI]", "rows read"]
     table = [[r.claim.id, r.claim.source, f"{r.claim.task}" + (f" ({r.view.dataset.split(' (')[0]})" if r.view else ""),
-              r.verdict, _headline(r)] for r in claim_results]
+              r.verdict, _headline(r), r.evidence] for r in claim_results]
     return [f"Every registered paper claim, judged on today's rows ([details]({link})):", "",
             markdown_table(header, table)]
 
@@ -410,6 +442,7 @@ def claims_markdown(claim_results: list[ClaimResult], results_dir: str) -> str:
                f"**Claim** ({md_escape(c.source)}): {md_escape(c.statement)}  ",
                f"**Declared by** {md_escape(c.owner)}; **tested on** {md_escape(c.task)}"
                + (f" — {md_escape(r.view.dataset)}" if r.view is not None else " (no rows)") + "  ",
+               f"**Rows read**: {r.evidence}  ",
                f"**Verdict: {r.verdict}**" + (f" ({md_escape(r.reason)})" if r.reason else "")]
         if c.note:
             md += ["", md_escape(c.note)]

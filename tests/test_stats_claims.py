@@ -62,11 +62,12 @@ def test_hull_draws_match_quality_at_budget():
             assert (np.isnan(expected) and np.isnan(draws[j])) or draws[j] == pytest.approx(expected)
 
 
-def _write(results_dir, method, knob, frac, accuracy, seed, n=2000, kind="train"):
+def _write(results_dir, method, knob, frac, accuracy, seed, n=2000, kind="train", protocol=results.PROTOCOL_VERSION):
     rng = np.random.default_rng(zlib.crc32(f"{method}/{knob}/{seed}".encode()))  # stable across processes
     score = (np.arange(n) < round(accuracy * n)).astype(float)  # exactly the intended accuracy ...
     rng.shuffle(score)  # ... on examples drawn at random
-    row = dataclasses.replace(_row(method, kind, knob, frac, float(score.mean()), seed=seed), n_eval=n)
+    row = dataclasses.replace(_row(method, kind, knob, frac, float(score.mean()), seed=seed), n_eval=n,
+                              protocol=protocol)
     samples = pd.DataFrame({"target": 0, "prediction": 0, "score": score, "macs": frac, "index": np.arange(n)})
     results.append(results_dir, row, f"{method}-{knob}-s{seed}", samples)
 
@@ -136,3 +137,27 @@ def test_two_dense_bases_in_one_results_dir_name_the_cause(tmp_path):
         report_claims.evaluate(claim, _views(tmp_path), tmp_path)
     message = str(err.value)
     assert "found 2" in message and "remove the superseded rows" in message and "\n" not in message
+
+
+def test_each_claim_says_which_rows_it_read(tmp_path):
+    """The summary and each claim's section give the points the checks read, their seeds and the protocol
+    their rows were made under, so "three seeds of the new rows" can be checked on the page."""
+    for seed in (0, 1, 2):
+        _write(tmp_path, "good", "a", 0.5, 0.88, seed)
+        _write(tmp_path, "good", "b", 0.3, 0.85, seed)
+    for seed in (0, 1):
+        _write(tmp_path, "bad", "a", 0.5, 0.60, seed, protocol=1)
+    _write(tmp_path, "dense", "1.0", 1.0, 0.90, 0, kind="static")
+    views = _views(tmp_path)
+
+    def evidence(*checks):
+        claim = Claim("c", "test", "test", "toy", checks, dataset=DATASET)
+        return report_claims.evaluate(claim, views, tmp_path)
+
+    assert evidence(Reaches(Select("good"), 0.5)).evidence == "2 points · 3 seeds each · protocol 2"
+    result = evidence(Beats(Select("good"), Select("bad"), budgets=(0.5,)), Reaches(Select("dense"), 0.5))
+    assert result.evidence == "4 points · 1–3 seeds · protocols 1, 2"
+    page = report_claims.claims_markdown([result], str(tmp_path))
+    assert "| rows read |" in page and "**Rows read**: 4 points · 1–3 seeds · protocols 1, 2" in page
+    assert evidence(Beats(Select("good"), Select("nothing"), budgets=(0.5,))).evidence == \
+        "2 points · 3 seeds each · protocol 2"
