@@ -2,6 +2,7 @@
 one training at a time (the machine has 2 cores).
 
     python scripts/campaign.py --list                 # the commands, in the order they run
+    python scripts/campaign.py --status               # per task and seed: done, measured time, time left
     nohup python scripts/campaign.py --until 06:50 > campaign.log 2>&1 &
 
 The campaign is resumable: ``bench run`` skips a point whose row exists and an interrupted training
@@ -156,15 +157,94 @@ def commands(seeds=(0, 1, 2), tasks=TASK_ORDER, settled=SETTLED) -> list[list[st
     return [command(seed, point) for seed, point in planned(seeds, tasks, settled)]
 
 
+def row_files(seed: int, point: Point) -> list[Path]:
+    """The row files a command's run has written (the rows ``bench run`` would skip it for): rows of its
+    method and task at its seed whose config has the command's identity hash."""
+    from bench import config, results, runner
+
+    cfg = config.compose(command(seed, point)[4:])  # after python -m bench run
+    method, task = config.selected(cfg)
+    chash = runner.config_hash(cfg, method, task)
+    candidates = results.same_point_rows(ROOT / str(cfg.results_dir), task, method, f"-s{seed}")
+    return [p for p in candidates
+            if p.name.startswith(f"{chash}-") or results.stored_identity(p, method, task, "") == chash]
+
+
+@dataclass
+class Progress:
+    """One task's commands at one seed: how many have rows, their measured training time, and the time
+    the rest would take by the same points' measured training at another seed."""
+    task: str
+    seed: int
+    commands: int
+    done: int = 0
+    done_s: float = 0.0
+    left_estimate_s: float = 0.0
+    left_unmeasured: int = 0
+
+    def line(self) -> str:
+        left = self.commands - self.done
+        return (f"{self.task} seed {self.seed}: {self.done}/{self.commands} commands have rows "
+                f"(training {self.done_s / 3600:.1f} h measured); left: {left}"
+                + (f", {self.left_estimate_s / 3600:.1f} h by the same points' measured training"
+                   if left > self.left_unmeasured else "")
+                + (f", {self.left_unmeasured} not yet measured" if self.left_unmeasured else ""))
+
+
+def progress(plan: list[tuple[int, Point]]) -> list[Progress]:
+    """Per task (in :data:`TASK_ORDER`) and seed, the progress of ``plan`` (only measured times: a command
+    whose point has no row at any seed counts as not yet measured)."""
+    import pandas as pd
+
+    done: dict[tuple[int, Point], float] = {}
+    for seed, point in plan:
+        files = row_files(seed, point)
+        if files:
+            done[seed, point] = max(float(pd.read_csv(f)["train_time_s"].iloc[0]) for f in files)
+    measured = {point: seconds for (_, point), seconds in done.items()}
+    out = []
+    for task in [t for t in TASK_ORDER if any(point.task == t for _, point in plan)]:
+        for seed in sorted({s for s, point in plan if point.task == task}):
+            mine = [(s, p) for s, p in plan if p.task == task and s == seed]
+            row = Progress(task, seed, len(mine))
+            for key in mine:
+                if key in done:
+                    row.done, row.done_s = row.done + 1, row.done_s + done[key]
+                elif key[1] in measured:
+                    row.left_estimate_s += measured[key[1]]
+                else:
+                    row.left_unmeasured += 1
+            out.append(row)
+    return out
+
+
+def status(plan: list[tuple[int, Point]]) -> list[str]:
+    """The lines ``--status`` prints: :func:`progress` per task and seed, then the totals."""
+    rows = progress(plan)
+    done = sum(r.done for r in rows)
+    return [r.line() for r in rows] + [
+        f"total: {done}/{len(plan)} commands have rows; left: {sum(r.left_estimate_s for r in rows) / 3600:.1f} h "
+        f"measured + {sum(r.left_unmeasured for r in rows)} commands not yet measured at any seed (training time "
+        "only: evaluation, counting and timing come on top)"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--list", action="store_true", help="print the commands and exit")
+    parser.add_argument("--status", action="store_true",
+                        help="print, per task and seed, the commands that have rows and the measured time left")
     parser.add_argument("--until", default="", help="UTC HH:MM after which no new command starts")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     parser.add_argument("--task", action="append", choices=TASK_ORDER, help="only these tasks (repeatable)")
     args = parser.parse_args(argv)
     seeds = tuple(int(s) for s in args.seeds.split(","))
     todo = commands(seeds, tuple(t for t in TASK_ORDER if not args.task or t in args.task))
+    if args.status:
+        seeds_set = set(seeds)
+        print("\n".join(status([(s, p) for s, p in planned(seeds, tuple(t for t in TASK_ORDER
+                                                                        if not args.task or t in args.task))
+                                 if s in seeds_set])))
+        return 0
     if args.list:
         print("\n".join(shlex.join(c) for c in todo))
         return 0

@@ -49,3 +49,30 @@ def test_unsettled_tasks_run_only_their_calibration():
     order = campaign.planned(settled=("parity",))
     assert {p.task for _, p in order if p not in campaign.CALIBRATION} == {"parity"}
     assert all("results_dir=results/curves" in p.overrides for p in campaign.CALIBRATION)
+
+
+def test_status_finds_a_commands_rows_and_estimates_its_other_seeds(tmp_path):
+    """--status counts a command as done exactly when `bench run` would skip it (a row of its config hash
+    at its seed), and estimates the seeds still to run from that point's measured training time."""
+    from bench import results, runner
+    from tests.helpers import compose_tiny, tiny_overrides
+
+    campaign = _campaign()
+    overrides = tuple(o for o in tiny_overrides("dense", "parity", tmp_path, "timing=false")
+                      if not o.startswith("task="))
+    point = campaign.Point("parity", overrides)
+    cfg = compose_tiny("dense", "parity", tmp_path, "timing=false", "threads=2", "seed=0")
+    runner.run(cfg, "dense", "parity", "test")
+    written = sorted(p.name for p in (tmp_path / "results" / "parity" / "dense").glob("*.csv"))
+    assert [p.name for p in campaign.row_files(0, point)] == written and written
+    assert campaign.row_files(1, point) == []
+    other = campaign.Point("parity", (*overrides, "dense.depth=2"))  # another config: not done
+    assert campaign.row_files(0, other) == []
+    seconds = float(results.load(tmp_path / "results")["train_time_s"].iloc[0])
+    seed0, seed1 = campaign.progress([(0, point), (1, point), (0, other)])
+    assert (seed0.seed, seed0.commands, seed0.done, seed0.left_unmeasured) == (0, 2, 1, 1)
+    assert seed0.done_s == seconds > 0 and seed0.left_estimate_s == 0
+    assert (seed1.seed, seed1.commands, seed1.done, seed1.left_unmeasured) == (1, 1, 0, 0)
+    assert seed1.left_estimate_s == seconds  # seed 1 of the point is estimated by seed 0's training
+    lines = campaign.status([(0, point), (1, point), (0, other)])
+    assert lines[0].startswith("parity seed 0: 1/2 commands have rows") and lines[-1].startswith("total: 1/3")
