@@ -32,8 +32,8 @@ RULES = [
     "seed's test does not support at p < 0.05 is downgraded to inconclusive.",
     "* A budget outside a method's measured cost range is \"not measured\" (inconclusive): hulls are never "
     "extrapolated.",
-    "* **Rows read** counts the points a claim's checks selected, the seeds each point has rows for, and the "
-    "training-protocol version those rows were made under (rows without a `protocol` column are version 1).",
+    "* **Points compared** lists, per training-protocol version (rows without a `protocol` column are version 1), "
+    "the points a claim's checks compared, counted by the seeds they have rows for.",
     "* A check over several budgets or points holds when all of them hold (quantifier \"all\"; it does not hold "
     "when any does not) or when one of them holds (\"any\"; it does not hold when none does); a claim holds when "
     "every check holds.",
@@ -75,7 +75,7 @@ class ClaimResult:
 
     @property
     def evidence(self) -> str:
-        """The rows the claim read, e.g. "14 points · 3 seeds each · protocol 2" (:func:`evidence_text`)."""
+        """The points the claim's checks selected, their seeds and protocol versions (:func:`evidence_text`)."""
         points = {keys for check in self.checks for keys in check.points}
         return evidence_text(self.view, points) if self.view is not None else NA
 
@@ -198,19 +198,14 @@ def _seed_rows(view: TaskView, points) -> dict[int, dict]:
 
 
 def evidence_text(view: TaskView, points) -> str:
-    """How many points a claim read, how many seeds each has, and under which protocol versions their rows
-    were made (rows without a ``protocol`` column are version 1): what "evaluated on three seeds of the new
-    rows" is checked against."""
-    from bench.report import protocol_versions
+    """The rows of the points a claim's checks selected, per protocol version: the points counted by the
+    seeds they have (:func:`bench.report_status.cell`), e.g. "12 points · seeds 0, 1, 2 (protocol 2)"."""
+    from bench.report_status import cell
 
-    if not points:
-        return "no points"
-    seeds = sorted({len(keys) for keys in points})
     rows = view.rows[view.rows["row_key"].isin({key for keys in points for key in keys})]
-    versions = sorted(set(protocol_versions(rows)))
-    seed_text = f"{seeds[0]} seed{'s' if seeds[0] > 1 else ''} each" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]} seeds"
-    protocol_text = ("protocol " if len(versions) == 1 else "protocols ") + ", ".join(str(v) for v in versions)
-    return f"{len(points)} point{'s' if len(points) > 1 else ''} · {seed_text} · {protocol_text}"
+    if rows.empty:
+        return "no points"
+    return cell(rows, [c for c in ("method", "variant", "setting", "knob_value") if c in rows])
 
 
 def _point_keys(*frames) -> tuple[tuple[str, ...], ...]:
@@ -344,7 +339,8 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
                               "; ".join(extra), pvalues))
     title = check.title or f"{check.a.name} better than {check.b.name}"
     return CheckResult(title, check.quantifier, items, combine([i.verdict for i in items], check.quantifier),
-                       (check.a.name, check.b.name), _point_keys(a_pts, b_pts))
+                       (check.a.name, check.b.name),
+                       _point_keys(a_pts if check.budgets else a_pts[a_pts["frac"] <= check.max_cost], b_pts))
 
 
 def _sacrebleu(view: TaskView, base_key: str, system_key: str) -> dict | None:
@@ -418,7 +414,7 @@ def _headline(result: ClaimResult) -> str:
 
 
 def summary_lines(claim_results: list[ClaimResult], link: str = "claims.md") -> list[str]:
-    header = ["claim", "source", "tested on", "verdict (95%)", "deciding number [95% CI]", "rows read"]
+    header = ["claim", "source", "tested on", "verdict (95%)", "deciding number [95% CI]", "points compared"]
     table = [[r.claim.id, r.claim.source, f"{r.claim.task}" + (f" ({r.view.dataset.split(' (')[0]})" if r.view else ""),
               r.verdict, _headline(r), r.evidence] for r in claim_results]
     return [f"Every registered paper claim, judged on today's rows ([details]({link})):", "",
@@ -442,7 +438,7 @@ def claims_markdown(claim_results: list[ClaimResult], results_dir: str) -> str:
                f"**Claim** ({md_escape(c.source)}): {md_escape(c.statement)}  ",
                f"**Declared by** {md_escape(c.owner)}; **tested on** {md_escape(c.task)}"
                + (f" — {md_escape(r.view.dataset)}" if r.view is not None else " (no rows)") + "  ",
-               f"**Rows read**: {r.evidence}  ",
+               f"**Points compared**: {r.evidence}  ",
                f"**Verdict: {r.verdict}**" + (f" ({md_escape(r.reason)})" if r.reason else "")]
         if c.note:
             md += ["", md_escape(c.note)]

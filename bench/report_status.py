@@ -13,12 +13,13 @@ from pathlib import Path
 from bench.report import markdown_table, protocol_versions, write_page
 
 
-def cell(rows) -> str:
-    """One method's rows on one (task, dataset) as a short text: points, seeds and protocol per group."""
+def cell(rows, point=("variant", "knob_value")) -> str:
+    """Rows as a short text: per protocol version, the points (rows alike in the ``point`` columns) counted
+    by the seeds they have, e.g. "6 points · seeds 0, 1, 2; 1 point · seed 0 (protocol 2)"."""
     parts = []
     rows = rows.assign(_protocol=protocol_versions(rows))
     for protocol, group in sorted(rows.groupby("_protocol"), key=lambda kv: kv[0]):
-        points = group.groupby(["variant", "knob_value"], dropna=False)["seed"].apply(lambda s: tuple(sorted(set(s))))
+        points = group.groupby(list(point), dropna=False)["seed"].apply(lambda s: tuple(sorted(set(s))))
         by_seeds: dict[tuple, int] = {}
         for seeds in points:
             by_seeds[seeds] = by_seeds.get(seeds, 0) + 1

@@ -185,9 +185,7 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     run_ctx, task, method = build(cfg, method_name, task_name, command)
     spec = registry.method_spec(method_name)
     chash = config_hash(cfg, method_name, task_name)
-    pending = [v for v in method.knob_values()
-               if cfg.force or not _point_exists(cfg.results_dir, task_name, method_name, chash, spec.knob, v,
-                                                 cfg.seed)]
+    pending = pending_values(cfg, method, method_name, task_name)
     if not pending:
         log.warning("every knob value of this run already has a row (config %s); force=true re-runs", chash)
         return []
@@ -275,6 +273,14 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
 def _infer_in(precision: str, task: Task, model: torch.nn.Module, x: torch.Tensor) -> Any:
     """The task's evaluation forward on an input in the run's dtype (what the timer times)."""
     return task.infer(model, amp.cast_input(x, precision))
+
+
+def pending_values(cfg: Any, method: Method, method_name: str, task_name: str) -> list[Any]:
+    """The knob values of this run that have no row yet (every value with ``force=true``): a run whose list
+    is empty is skipped."""
+    knob, chash = registry.method_spec(method_name).knob, config_hash(cfg, method_name, task_name)
+    return [v for v in method.knob_values()
+            if cfg.force or not _point_exists(cfg.results_dir, task_name, method_name, chash, knob, v, cfg.seed)]
 
 
 def _row_id(chash: str, knob: str, value: Any, seed: int) -> str:

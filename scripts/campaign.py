@@ -2,11 +2,11 @@
 one training at a time (the machine has 2 cores).
 
     python scripts/campaign.py --list                 # the commands, in the order they run
-    python scripts/campaign.py --status               # per task and seed: done, measured time, time left
+    python scripts/campaign.py --status               # per task and seed: commands with rows, time left
     nohup python scripts/campaign.py --until 06:50 > campaign.log 2>&1 &
 
-The campaign is resumable: ``bench run`` skips a point whose row exists and an interrupted training
-resumes from its checkpoint, so running the script again (in a later session) continues where it stopped.
+The campaign is resumable: a command whose rows all exist is skipped (:func:`has_rows`, the test ``bench
+run`` applies) and an interrupted training resumes from its checkpoint, so running the script again (in a later session) continues where it stopped.
 ``--until HH:MM`` (UTC) starts no new command after that time (the next occurrence of it: a time already
 past today means tomorrow); ``--seeds`` and ``--task`` restrict it.
 
@@ -35,6 +35,7 @@ from tasks.imagenet import ImageNetConfig  # noqa: E402  (the defaults the equal
 
 EQUAL_BUDGET = ImageNetConfig.train_steps + ImageNetConfig.method_steps
 
+TIMES = ROOT / ".cache" / "campaign_times.tsv"  # each finished command's wall time (this machine's; not a result)
 RUN = ["threads=2"]  # both cores for one training; rows record it
 
 
@@ -157,96 +158,117 @@ def commands(seeds=(0, 1, 2), tasks=TASK_ORDER, settled=SETTLED) -> list[list[st
     return [command(seed, point) for seed, point in planned(seeds, tasks, settled)]
 
 
-def row_files(seed: int, point: Point) -> list[Path]:
-    """The row files a command's run has written (the rows ``bench run`` would skip it for): rows of its
-    method and task at its seed whose config has the command's identity hash."""
-    from bench import config, results, runner
+def has_rows(seed: int, point: Point, tasks: dict | None = None) -> bool:
+    """Whether every knob value of the command has its row: exactly when ``bench run`` would skip it.
+    ``tasks`` keeps the task objects built on the way, by config, for the next call (building one may load
+    its data; the knob values are the method's, so any task object of the config serves)."""
+    from omegaconf import OmegaConf
 
-    cfg = config.compose(command(seed, point)[4:])  # after python -m bench run
-    method, task = config.selected(cfg)
-    chash = runner.config_hash(cfg, method, task)
-    candidates = results.same_point_rows(ROOT / str(cfg.results_dir), task, method, f"-s{seed}")
-    return [p for p in candidates
-            if p.name.startswith(f"{chash}-") or results.stored_identity(p, method, task, "") == chash]
+    from bench import config, registry, runner
+    from bench.run import RunContext
+
+    cfg = config.compose(command(seed, point)[4:])  # after "python -m bench run"
+    method_name, task_name = config.selected(cfg)
+    cfg.results_dir = str(ROOT / str(cfg.results_dir))  # the campaign runs bench in ROOT
+    run = RunContext(cfg, method_name, task_name)
+    tasks = {} if tasks is None else tasks
+    key = (task_name, OmegaConf.to_yaml(cfg[task_name]))
+    if key not in tasks:
+        tasks[key] = registry.load_impl(registry.task_spec(task_name).impl)(cfg[task_name], run)
+    method = registry.load_impl(registry.method_spec(method_name).impl)(cfg[method_name], tasks[key], run)
+    return not runner.pending_values(cfg, method, method_name, task_name)
+
+
+def point_id(point: Point) -> str:
+    """A point's command line without its seed: the key of its measured wall time in the times file."""
+    return shlex.join(command(0, point)[:-1])
+
+
+def read_times(path: Path) -> dict[tuple[str, int], float]:
+    """(point id, seed) -> wall seconds of the campaign command that made its rows (the latest entry)."""
+    out: dict[tuple[str, int], float] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            seconds, seed, point = line.split("\t")
+            out[point, int(seed)] = float(seconds)
+    return out
+
+
+def record_time(path: Path, seed: int, point: Point, seconds: float) -> None:
+    """Append one finished command's wall time (a tab-separated line: seconds, seed, point id)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(f"{seconds:.1f}\t{seed}\t{point_id(point)}\n")
 
 
 @dataclass
 class Progress:
-    """One task's commands at one seed: how many have rows, their measured training time, and the time
-    the rest would take by the same points' measured training at another seed."""
+    """One task's commands at one seed: how many have rows, and the wall time the rest would take by the
+    same points' measured wall time at another seed (from the campaign's times file)."""
     task: str
     seed: int
     commands: int
     done: int = 0
-    done_s: float = 0.0
     left_estimate_s: float = 0.0
     left_unmeasured: int = 0
 
     def line(self) -> str:
         left = self.commands - self.done
-        return (f"{self.task} seed {self.seed}: {self.done}/{self.commands} commands have rows "
-                f"(training {self.done_s / 3600:.1f} h measured); left: {left}"
-                + (f", {self.left_estimate_s / 3600:.1f} h by the same points' measured training"
-                   if left > self.left_unmeasured else "")
-                + (f", {self.left_unmeasured} not yet measured" if self.left_unmeasured else ""))
+        return (f"{self.task} seed {self.seed}: {self.done}/{self.commands} commands have rows; left: {left}"
+                + (f", {self.left_estimate_s / 3600:.1f} h estimated from the same points' wall time at "
+                   "another seed" if left > self.left_unmeasured else "")
+                + (f", {self.left_unmeasured} with no measured time" if self.left_unmeasured else ""))
 
 
-def progress(plan: list[tuple[int, Point]]) -> list[Progress]:
-    """Per task (in :data:`TASK_ORDER`) and seed, the progress of ``plan`` (only measured times: a command
-    whose point has no row at any seed counts as not yet measured)."""
-    import pandas as pd
-
-    done: dict[tuple[int, Point], float] = {}
-    for seed, point in plan:
-        files = row_files(seed, point)
-        if files:
-            done[seed, point] = max(float(pd.read_csv(f)["train_time_s"].iloc[0]) for f in files)
-    measured = {point: seconds for (_, point), seconds in done.items()}
+def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float]) -> list[Progress]:
+    """Per task (in :data:`TASK_ORDER`) and seed, the progress of ``plan``."""
+    measured: dict[str, float] = {}
+    tasks: dict = {}
+    for (point, _), seconds in times.items():
+        measured[point] = max(seconds, measured.get(point, 0.0))
     out = []
     for task in [t for t in TASK_ORDER if any(point.task == t for _, point in plan)]:
         for seed in sorted({s for s, point in plan if point.task == task}):
-            mine = [(s, p) for s, p in plan if p.task == task and s == seed]
-            row = Progress(task, seed, len(mine))
-            for key in mine:
-                if key in done:
-                    row.done, row.done_s = row.done + 1, row.done_s + done[key]
-                elif key[1] in measured:
-                    row.left_estimate_s += measured[key[1]]
+            row = Progress(task, seed, sum(1 for s, p in plan if p.task == task and s == seed))
+            for _, point in [(s, p) for s, p in plan if p.task == task and s == seed]:
+                if has_rows(seed, point, tasks):
+                    row.done += 1
+                elif point_id(point) in measured:
+                    row.left_estimate_s += measured[point_id(point)]
                 else:
                     row.left_unmeasured += 1
             out.append(row)
     return out
 
 
-def status(plan: list[tuple[int, Point]]) -> list[str]:
+def status(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float]) -> list[str]:
     """The lines ``--status`` prints: :func:`progress` per task and seed, then the totals."""
-    rows = progress(plan)
-    done = sum(r.done for r in rows)
+    rows = progress(plan, times)
     return [r.line() for r in rows] + [
-        f"total: {done}/{len(plan)} commands have rows; left: {sum(r.left_estimate_s for r in rows) / 3600:.1f} h "
-        f"measured + {sum(r.left_unmeasured for r in rows)} commands not yet measured at any seed (training time "
-        "only: evaluation, counting and timing come on top)"]
+        f"total: {sum(r.done for r in rows)}/{len(plan)} commands have rows; left: "
+        f"{sum(r.left_estimate_s for r in rows) / 3600:.1f} h estimated + {sum(r.left_unmeasured for r in rows)} "
+        "commands with no measured time (wall time of the campaign's commands, times file)"]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--list", action="store_true", help="print the commands and exit")
     parser.add_argument("--status", action="store_true",
-                        help="print, per task and seed, the commands that have rows and the measured time left")
+                        help="print, per task and seed, how many commands have rows and the time left estimated "
+                             "from the times file")
     parser.add_argument("--until", default="", help="UTC HH:MM after which no new command starts")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     parser.add_argument("--task", action="append", choices=TASK_ORDER, help="only these tasks (repeatable)")
+    parser.add_argument("--times", default=str(TIMES), help=f"the wall-time file (default {TIMES})")
     args = parser.parse_args(argv)
     seeds = tuple(int(s) for s in args.seeds.split(","))
-    todo = commands(seeds, tuple(t for t in TASK_ORDER if not args.task or t in args.task))
+    plan = planned(seeds, tuple(t for t in TASK_ORDER if not args.task or t in args.task))
+    times = Path(args.times)
     if args.status:
-        seeds_set = set(seeds)
-        print("\n".join(status([(s, p) for s, p in planned(seeds, tuple(t for t in TASK_ORDER
-                                                                        if not args.task or t in args.task))
-                                 if s in seeds_set])))
+        print("\n".join(status(plan, read_times(times))))
         return 0
     if args.list:
-        print("\n".join(shlex.join(c) for c in todo))
+        print("\n".join(shlex.join(command(seed, point)) for seed, point in plan))
         return 0
     stop = None
     if args.until:
@@ -256,17 +278,24 @@ def main(argv: list[str] | None = None) -> int:
         if stop <= now:
             stop += dt.timedelta(days=1)
     failed = 0
-    for i, line in enumerate(todo, 1):
+    for i, (seed, point) in enumerate(plan, 1):
         if stop is not None and dt.datetime.now(dt.timezone.utc) >= stop:
-            print(f"[campaign] {args.until} UTC reached: stopping before command {i}/{len(todo)}", flush=True)
+            print(f"[campaign] {args.until} UTC reached: stopping before command {i}/{len(plan)}", flush=True)
             break
+        line = command(seed, point)
+        if has_rows(seed, point):
+            print(f"[campaign] {i}/{len(plan)} has its rows: {shlex.join(line)}", flush=True)
+            continue
         start = time.time()
-        print(f"[campaign] {i}/{len(todo)} {dt.datetime.now(dt.timezone.utc):%H:%M:%S} {shlex.join(line)}",
+        print(f"[campaign] {i}/{len(plan)} {dt.datetime.now(dt.timezone.utc):%H:%M:%S} {shlex.join(line)}",
               flush=True)
         rc = subprocess.run([sys.executable, *line[1:]], cwd=ROOT).returncode
-        print(f"[campaign] rc={rc} after {time.time() - start:.0f} s", flush=True)
+        seconds = time.time() - start
+        print(f"[campaign] rc={rc} after {seconds:.0f} s", flush=True)
         if rc == 130:  # interrupted: stop the campaign too
             return rc
+        if rc == 0:
+            record_time(times, seed, point, seconds)
         failed += rc != 0
     return 1 if failed else 0
 

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from bench import report, report_claims, results, stats
+from bench.report import md_escape
 from bench.claims import Beats, Claim, Reaches, Select
 from tests.test_report import DATASET, _row
 
@@ -139,25 +140,28 @@ def test_two_dense_bases_in_one_results_dir_name_the_cause(tmp_path):
     assert "found 2" in message and "remove the superseded rows" in message and "\n" not in message
 
 
-def test_each_claim_says_which_rows_it_read(tmp_path):
-    """The summary and each claim's section give the points the checks read, their seeds and the protocol
-    their rows were made under, so "three seeds of the new rows" can be checked on the page."""
+def test_each_claim_says_which_points_it_compared(tmp_path):
+    """The summary and each claim's section list the points the checks compared, per protocol version,
+    counted by their seeds, so "three seeds of the new rows" can be checked on the page."""
+    new = results.PROTOCOL_VERSION
     for seed in (0, 1, 2):
         _write(tmp_path, "good", "a", 0.5, 0.88, seed)
         _write(tmp_path, "good", "b", 0.3, 0.85, seed)
+        _write(tmp_path, "good", "c", 0.9, 0.89, seed)
     for seed in (0, 1):
         _write(tmp_path, "bad", "a", 0.5, 0.60, seed, protocol=1)
     _write(tmp_path, "dense", "1.0", 1.0, 0.90, 0, kind="static")
     views = _views(tmp_path)
 
-    def evidence(*checks):
+    def evaluate(*checks):
         claim = Claim("c", "test", "test", "toy", checks, dataset=DATASET)
         return report_claims.evaluate(claim, views, tmp_path)
 
-    assert evidence(Reaches(Select("good"), 0.5)).evidence == "2 points · 3 seeds each · protocol 2"
-    result = evidence(Beats(Select("good"), Select("bad"), budgets=(0.5,)), Reaches(Select("dense"), 0.5))
-    assert result.evidence == "4 points · 1–3 seeds · protocols 1, 2"
+    assert evaluate(Reaches(Select("good"), 0.5)).evidence == f"3 points · seeds 0, 1, 2 (protocol {new})"
+    # a point two checks share counts once; points above max_cost are not compared
+    result = evaluate(Beats(Select("good"), Select("bad"), max_cost=0.6), Reaches(Select("good", knob="a"), 0.5),
+                      Reaches(Select("dense"), 0.5))
+    expected = f"1 point · seeds 0, 1 (protocol 1) / 2 points · seeds 0, 1, 2; 1 point · seed 0 (protocol {new})"
+    assert result.evidence == expected
     page = report_claims.claims_markdown([result], str(tmp_path))
-    assert "| rows read |" in page and "**Rows read**: 4 points · 1–3 seeds · protocols 1, 2" in page
-    assert evidence(Beats(Select("good"), Select("nothing"), budgets=(0.5,))).evidence == \
-        "2 points · 3 seeds each · protocol 2"
+    assert f"| {md_escape(expected)} |" in page and f"**Points compared**: {md_escape(expected)}" in page
