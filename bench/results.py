@@ -223,6 +223,14 @@ def stored_identity(csv_path: Path, method: str, task: str, stored_hash: str) ->
                          method, task)
 
 
+def row_protocol(csv_path: Path) -> int:
+    """The training-protocol version a stored row was made under (1 for rows without the column)."""
+    import pandas as pd
+
+    frame = pd.read_csv(csv_path, usecols=lambda c: c == "protocol")
+    return int(frame["protocol"].iloc[0]) if "protocol" in frame and frame["protocol"].notna().all() else 1
+
+
 def same_point_rows(results_dir: Path | str, task: str, method: str, suffix: str) -> list[Path]:
     """Row files of one method and task whose id ends in ``suffix`` ("-<knob><value>-s<seed>"), any hash."""
     return sorted(p for p in row_dir(results_dir, task, method).glob(f"*{suffix}.csv") if not p.name.startswith("."))

@@ -291,17 +291,20 @@ def _row_id(chash: str, knob: str, value: Any, seed: int) -> str:
 # --- row identity (issue 22, item 6) -------------------------------------------------------------------
 def _point_exists(results_dir: Any, task: str, method: str, chash: str, knob: str, value: Any, seed: int) -> bool:
     """A row of this point exists: its own row id, or an older row of the same knob value and seed whose
-    config (read from its ``config.yaml``, without today's non-result keys) has the same identity hash."""
-    if results.exists(results_dir, task, method, _row_id(chash, knob, value, seed)):
-        return True
+    config (read from its ``config.yaml``, without today's non-result keys) has the same identity hash, in
+    either case made under today's training protocol (:data:`results.PROTOCOL_VERSION`): a point whose
+    config did not change but whose protocol did is run again."""
+    own = results.row_dir(results_dir, task, method) / f"{_row_id(chash, knob, value, seed)}.csv"
     suffix = _row_id("", knob, value, seed)
-    return any(results.stored_identity(p, method, task, "") == chash
-               for p in results.same_point_rows(results_dir, task, method, suffix))
+    candidates = [own] if own.exists() else []
+    candidates += [p for p in results.same_point_rows(results_dir, task, method, suffix)
+                   if p != own and results.stored_identity(p, method, task, "") == chash]
+    return any(results.row_protocol(p) == results.PROTOCOL_VERSION for p in candidates)
 
 
 def _identical_row(results_dir: Any, task: str, method: str, chash: str, knob: str, value: Any, seed: int,
                    quality: float, summary: dict[str, float], samples: Any) -> str | None:
-    """An existing row of this point (same identity hash, knob value and seed) with the same quality, MAC
+    """An existing row of this point (same identity hash, knob value, seed and protocol) with the same quality, MAC
     summary and per-sample table (as written: CSV text), or None.  Re-running such a point (force=true, or
     after a code change that does not change its numbers) adds no second file."""
     import gzip
@@ -311,8 +314,8 @@ def _identical_row(results_dir: Any, task: str, method: str, chash: str, knob: s
     suffix = _row_id("", knob, value, seed)
     text = None
     for path in results.same_point_rows(results_dir, task, method, suffix):
-        if results.stored_identity(path, method, task, "") != chash:
-            continue
+        if results.stored_identity(path, method, task, "") != chash or results.row_protocol(path) != results.PROTOCOL_VERSION:
+            continue  # another point, or a row of an older protocol (which the new row replaces)
         old = pd.read_csv(path).iloc[0]
         if float(old["quality"]) != float(quality) or any(float(old[k]) != float(v) for k, v in summary.items()):
             continue

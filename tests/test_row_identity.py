@@ -5,6 +5,7 @@ second file, and the report never collapses rows of different budgets or configs
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from bench import report, results, runner
 from bench.run import stable_hash
@@ -63,6 +64,25 @@ def test_rerun_with_identical_numbers_adds_no_row(tmp_path):
     # a different point (another training budget) is written
     assert len(runner.run(compose_tiny("dense", "parity", tmp_path, "timing=false", "parity.train_steps=3"),
                           "dense", "parity", "test")) == 1
+
+
+def test_a_row_of_an_older_protocol_does_not_count_as_the_point(tmp_path):
+    """A point whose config is unchanged but whose row was made under an older training protocol runs
+    again, and its new row replaces the old one (git history keeps it)."""
+    import pandas as pd
+
+    rows_dir = tmp_path / "results" / "parity" / "dense"
+    cfg = compose_tiny("dense", "parity", tmp_path, "timing=false")
+    runner.run(cfg, "dense", "parity", "test")
+    [name] = _row_files(rows_dir)
+    row = pd.read_csv(rows_dir / name)
+    assert results.row_protocol(rows_dir / name) == results.PROTOCOL_VERSION
+    row.drop(columns=["protocol"]).to_csv(rows_dir / name, index=False)  # as rows before the column existed
+    assert results.row_protocol(rows_dir / name) == 1
+    written = runner.run(cfg, "dense", "parity", "test")  # the same numbers: only the protocol differs
+    assert [Path(p).name for p in written] == [name] and _row_files(rows_dir) == [name]
+    assert results.row_protocol(rows_dir / name) == results.PROTOCOL_VERSION
+    assert runner.run(cfg, "dense", "parity", "test") == []  # now it has its row
 
 
 def test_report_keeps_rows_of_different_budgets_apart(tmp_path):
