@@ -421,8 +421,16 @@ def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
             d = next((d for d in doubles if d.steps == curve.default_steps and d.is_doubling), None)
             value = f"{_fmt(d.gain, curve.metric)} [{_fmt(d.low, curve.metric)}, {_fmt(d.high, curve.metric)}]" \
                 if d else "n/a"
-            checks.append([f"doubling the default gains < {target.doubling_gain:g}", value,
-                           d.verdict if d else f"not run ({2 * curve.default_steps} steps)" if curve.default_steps else "not run"])
+            if d:
+                verdict = d.verdict
+            elif not curve.default_steps:
+                verdict = "not run"
+            elif default and target.minutes and 2 * default.train_minutes > target.minutes:
+                verdict = (f"not run: {2 * curve.default_steps} steps would take about {2 * default.train_minutes:.0f} "
+                           f"min (twice the default's), over the {target.minutes:g}-min limit")
+            else:
+                verdict = f"not run ({2 * curve.default_steps} steps)"
+            checks.append([f"doubling the default gains < {target.doubling_gain:g}", value, verdict])
         if target.minutes:
             minutes = default.train_minutes if default else math.nan
             known = math.isfinite(minutes)

@@ -210,3 +210,22 @@ def test_consecutive_steps_that_are_not_a_doubling_get_a_gain_but_no_target(tmp_
     step = gains[(default // 2, 3 * default // 4)]
     assert step.gain == pytest.approx(0.04) and step.low > 0 and step.verdict == ""
     assert [(d.steps, d.to_steps) for d in report_curves.doublings(curve, 0.002)] == [(default // 2, default)]
+
+
+def test_a_doubling_past_the_time_limit_says_so(tmp_path):
+    """When the default's doubling was not run, the page says whether twice the default's measured training
+    time would pass the limit (then the default is the most within it), not just "not run"."""
+    default = report_curves.default_train_steps("imagenet")
+    limit = report_curves.base_target("imagenet").minutes
+
+    def doubling_line():
+        report_curves.write(tmp_path, tmp_path / "reports")
+        return next(l for l in (tmp_path / "reports" / "curves.md").read_text().splitlines()
+                    if "doubling the default" in l and l.startswith("| imagenet"))
+
+    _write(tmp_path, default, 0.80, 0, minutes=0.4 * limit)
+    assert doubling_line().rstrip().endswith(f"| not run ({2 * default} steps) |")
+    _write(tmp_path, default, 0.80, 0, minutes=0.9 * limit, day=5)  # the latest row of the point counts
+    assert doubling_line().rstrip().endswith(f"| not run: {2 * default} steps would take about "
+                                             f"{1.8 * limit:.0f} min (twice the default's), over the "
+                                             f"{limit:g}-min limit |")
