@@ -10,8 +10,9 @@ run`` applies) and an interrupted training resumes from its checkpoint, so runni
 ``--until HH:MM`` (UTC) starts no new command after that time (the next occurrence of it: a time already
 past today means tomorrow); ``--seeds`` and ``--task`` restrict it.
 
-Order: first the learning-curve points that settle the defaults (:data:`CALIBRATION`); then, for the
-tasks whose defaults are settled (:data:`SETTLED`), seed-major (every point's seed 0, then seed 1, then
+Order: first the learning-curve points that settle the defaults (:data:`CALIBRATION`); then every seed of
+the cheap :data:`TASK_MAJOR` tasks (parity); then, for the other tasks whose defaults are settled
+(:data:`SETTLED`), seed-major (every point's seed 0, then seed 1, then
 seed 2), so that one complete seed of the whole leaderboard exists first; within a seed, the tasks in
 :data:`TASK_ORDER`, each task's dense base first (every method starts from it).  Every point runs with three seeds: the claims in
 ``reports/claims.md`` compare almost all of them (static sizes included, as the baselines of CCT and
@@ -107,7 +108,10 @@ PLAN: dict[str, list[Point]] = {
         _p("commonvoice", "method=acm"),  # every module an ACM (the MLP-only ACMs are the claim's)
     ],
 }
-TASK_ORDER = ("parity", "imagenet", "iwslt", "commonvoice")  # parity first: the cheapest task, so one task's seed 0 completes early
+TASK_ORDER = ("parity", "imagenet", "iwslt", "commonvoice")
+# Tasks whose three seeds all run before the other tasks' points: parity trains in minutes, so its claims
+# reach three seeds of new rows first.
+TASK_MAJOR = ("parity",)
 CURVES = ("results_dir=results/curves", "timing=false")
 # Learning-curve points (results/curves, reports/curves.md) still needed to settle a task's default: they
 # run first (seed 0).  A task's points in PLAN run only once its default is settled (SETTLED): re-running
@@ -141,11 +145,17 @@ ONE_SEED = {
 
 
 def planned(seeds=(0, 1, 2), tasks=TASK_ORDER, settled=SETTLED) -> list[tuple[int, Point]]:
-    """(seed, point) in the order they run: the calibration points of ``tasks`` (seed 0), then the settled
-    tasks' points seed-major, tasks in ``tasks`` order, each task's plan order."""
+    """(seed, point) in the order they run: the calibration points of ``tasks`` (seed 0); then every seed of
+    the :data:`TASK_MAJOR` tasks; then the other settled tasks' points seed-major; tasks in ``tasks``
+    order, each task's plan order."""
+    def points(seed: int, task: str) -> list[tuple[int, Point]]:
+        return [(seed, point) for point in PLAN[task] if seed == 0 or point not in ONE_SEED]
+
     calibration = [(0, point) for point in CALIBRATION if point.task in tasks]
-    return calibration + [(seed, point) for seed in seeds for task in tasks if task in settled
-                          for point in PLAN[task] if seed == 0 or point not in ONE_SEED]
+    runnable = [task for task in tasks if task in settled]
+    first = [item for task in runnable if task in TASK_MAJOR for seed in seeds for item in points(seed, task)]
+    rest = [item for seed in seeds for task in runnable if task not in TASK_MAJOR for item in points(seed, task)]
+    return calibration + first + rest
 
 
 def command(seed: int, point: Point) -> list[str]:

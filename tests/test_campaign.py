@@ -34,8 +34,11 @@ def test_seed_major_order_and_one_seed_points():
     calibration = order[:len(campaign.CALIBRATION)]
     assert [p for _, p in calibration] == campaign.CALIBRATION and {s for s, _ in calibration} == {0}
     order = order[len(campaign.CALIBRATION):]
-    seeds = [seed for seed, _ in order]
-    assert seeds == sorted(seeds)  # every point's seed 0 runs before any seed 1
+    first = [(s, p) for s, p in order if p.task in campaign.TASK_MAJOR]
+    assert order[:len(first)] == first  # the task-major tasks' seeds all come first ...
+    for points in (first, order[len(first):]):  # ... and each part is seed-major
+        seeds = [seed for seed, _ in points]
+        assert seeds == sorted(seeds)  # every point's seed 0 runs before any seed 1
     assert campaign.ONE_SEED and all(any(p == q for plan in campaign.PLAN.values() for q in plan)
                                      for p in campaign.ONE_SEED)  # ONE_SEED names planned points
     for seed, point in order:
