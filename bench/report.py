@@ -674,7 +674,7 @@ def write_page(reports_dir: Path | str, stem: str, markdown_text: str, title: st
 def protocol_versions(rows):
     """Each row's training-protocol version (rows without a ``protocol`` column were made under version 1)."""
     protocol = rows["protocol"] if "protocol" in rows else rows["method"].map(lambda _: math.nan)
-    return protocol.fillna(1).astype(int)
+    return protocol.map(results.protocol_version).astype(int)
 
 
 def _section_notes(view: TaskView, delta: float) -> list[str]:

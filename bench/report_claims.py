@@ -205,7 +205,7 @@ def evidence_text(view: TaskView, points) -> str:
     rows = view.rows[view.rows["row_key"].isin({key for keys in points for key in keys})]
     if rows.empty:
         return "no points"
-    return cell(rows, [c for c in ("method", "variant", "setting", "knob_value") if c in rows])
+    return cell(rows, [c for c in ("curve", "method", "variant", "setting", "knob_name", "knob_value") if c in rows])
 
 
 def _point_keys(*frames) -> tuple[tuple[str, ...], ...]:
@@ -254,7 +254,7 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
         missing = check.a.name if a_pts.empty else check.b.name
         return CheckResult(check.title or f"{check.a.name} vs {check.b.name}", check.quantifier,
                            [Item(f"no points of {missing}", "", "", math.nan, math.nan, math.nan, "", "", UNSURE,
-                                 "no rows")], UNSURE, points=_point_keys(a_pts, b_pts))
+                                 "no rows")], UNSURE)  # nothing compared
     a_draws = [view.unc.mean_draws(k) for k in a_pts["keys"]]
     b_draws = [view.unc.mean_draws(k) for k in b_pts["keys"]]
     have = all(d is not None for d in a_draws + b_draws)

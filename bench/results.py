@@ -223,12 +223,19 @@ def stored_identity(csv_path: Path, method: str, task: str, stored_hash: str) ->
                          method, task)
 
 
+def protocol_version(value: Any) -> int:
+    """A row's training-protocol version from its ``protocol`` cell: 1 when the cell is missing or empty
+    (rows made before the column existed)."""
+    return 1 if value is None or value != value or value == "" else int(value)
+
+
 def row_protocol(csv_path: Path) -> int:
-    """The training-protocol version a stored row was made under (1 for rows without the column)."""
+    """The training-protocol version a stored row was made under (:func:`protocol_version`; 1 for a file
+    with no row, which a re-run then replaces)."""
     import pandas as pd
 
     frame = pd.read_csv(csv_path, usecols=lambda c: c == "protocol")
-    return int(frame["protocol"].iloc[0]) if "protocol" in frame and frame["protocol"].notna().all() else 1
+    return protocol_version(frame["protocol"].iloc[0] if "protocol" in frame and len(frame) else None)
 
 
 def same_point_rows(results_dir: Path | str, task: str, method: str, suffix: str) -> list[Path]:

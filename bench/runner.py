@@ -4,7 +4,8 @@ config → task → method.build() (dense base model and method stages, cached a
 knob value: evaluate quality on the real path with per-sample MACs from the logged decisions; count
 MACs with the dispatch-level counter on a few batches (a separate pass); time batch-1 latency and
 large-batch throughput (another pass, no counters attached) → one row per knob value in ``results/``.
-Knob values that already have a row are skipped (an interrupted sweep resumes), unless ``force=true``.
+Knob values that already have a row made under today's training protocol are skipped (an interrupted
+sweep resumes), unless ``force=true``.
 
 Scale (issue 16): evaluation streams the task's evaluation batches, holding one batch at a time (only
 per-sample predictions and columns are kept).  Under data parallelism every rank trains; then rank 0

@@ -6,15 +6,16 @@ one training at a time (the machine has 2 cores).
     nohup python scripts/campaign.py --until 06:50 > campaign.log 2>&1 &
 
 The campaign is resumable: a command whose rows all exist is skipped (:func:`has_rows`, the test ``bench
-run`` applies) and an interrupted training resumes from its checkpoint, so running the script again (in a later session) continues where it stopped.
+run`` applies) and an interrupted training resumes from its checkpoint, so running the script again (in a
+later session) continues where it stopped.
 ``--until HH:MM`` (UTC) starts no new command after that time (the next occurrence of it: a time already
 past today means tomorrow); ``--seeds`` and ``--task`` restrict it.
 
 Order: first the learning-curve points that settle the defaults (:data:`CALIBRATION`); then every seed of
-the cheap :data:`TASK_MAJOR` tasks (parity); then, for the other tasks whose defaults are settled
-(:data:`SETTLED`), seed-major (every point's seed 0, then seed 1, then
-seed 2), so that one complete seed of the whole leaderboard exists first; within a seed, the tasks in
-:data:`TASK_ORDER`, each task's dense base first (every method starts from it).  Every point runs with three seeds: the claims in
+the cheap :data:`TASK_MAJOR` tasks (parity); then the other tasks whose defaults are settled
+(:data:`SETTLED`) seed-major (every point's seed 0, then seed 1, then seed 2), so that one complete seed
+of their leaderboard exists first; within a seed, the tasks in :data:`TASK_ORDER`, each task's dense base
+first (every method starts from it).  Every point runs with three seeds: the claims in
 ``reports/claims.md`` compare almost all of them (static sizes included, as the baselines of CCT and
 ACT), and :data:`ONE_SEED` lists the points no claim reads, which get seed 0 only.
 """
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tasks.imagenet import ImageNetConfig  # noqa: E402  (the defaults the equal-budget control adds up)
 
+# the equal-budget dense control: a control, not a base, so the hour's limit does not apply to it
 EQUAL_BUDGET = ImageNetConfig.train_steps + ImageNetConfig.method_steps
 
 TIMES = ROOT / ".cache" / "campaign_times.tsv"  # each finished command's wall time (this machine's; not a result)
@@ -168,25 +170,29 @@ def commands(seeds=(0, 1, 2), tasks=TASK_ORDER, settled=SETTLED) -> list[list[st
     return [command(seed, point) for seed, point in planned(seeds, tasks, settled)]
 
 
-def has_rows(seed: int, point: Point, tasks: dict | None = None) -> bool:
-    """Whether every knob value of the command has its row: exactly when ``bench run`` would skip it.
-    ``tasks`` keeps the task objects built on the way, by config, for the next call (building one may load
-    its data; the knob values are the method's, so any task object of the config serves)."""
-    from omegaconf import OmegaConf
+def has_rows(seed: int, point: Point) -> bool | None:
+    """Whether every knob value of the command has its row: exactly when ``bench run`` would skip it; None
+    when the command cannot be judged here (a config or method error: ``bench run`` reports it).
+
+    The method is built on stand-ins for the task and the run that carry only their configs: a method's knob
+    values depend on its config and on the task's capabilities, which come from the task's config (building
+    the real task would load, or even synthesise, its data)."""
+    from types import SimpleNamespace
 
     from bench import config, registry, runner
-    from bench.run import RunContext
 
-    cfg = config.compose(command(seed, point)[4:])  # after "python -m bench run"
-    method_name, task_name = config.selected(cfg)
-    cfg.results_dir = str(ROOT / str(cfg.results_dir))  # the campaign runs bench in ROOT
-    run = RunContext(cfg, method_name, task_name)
-    tasks = {} if tasks is None else tasks
-    key = (task_name, OmegaConf.to_yaml(cfg[task_name]))
-    if key not in tasks:
-        tasks[key] = registry.load_impl(registry.task_spec(task_name).impl)(cfg[task_name], run)
-    method = registry.load_impl(registry.method_spec(method_name).impl)(cfg[method_name], tasks[key], run)
-    return not runner.pending_values(cfg, method, method_name, task_name)
+    try:
+        cfg = config.compose(command(seed, point)[4:])  # after "python -m bench run"
+        method_name, task_name = config.selected(cfg)
+        cfg.results_dir = str(ROOT / str(cfg.results_dir))  # the campaign runs bench in ROOT
+        task = SimpleNamespace(cfg=cfg[task_name])
+        run = SimpleNamespace(cfg=cfg, task_name=task_name, seed=seed)
+        method = registry.load_impl(registry.method_spec(method_name).impl)(cfg[method_name], task, run)
+        return not runner.pending_values(cfg, method, method_name, task_name)
+    except Exception as err:  # noqa: BLE001  (any failure: leave the verdict to bench run)
+        print(f"[campaign] cannot tell whether {shlex.join(command(seed, point))} has its rows: "
+              f"{type(err).__name__}: {err}", flush=True)
+        return None
 
 
 def point_id(point: Point) -> str:
@@ -194,46 +200,73 @@ def point_id(point: Point) -> str:
     return shlex.join(command(0, point)[:-1])
 
 
+START = "start"  # the times file's marker of a command the campaign started (its finish line follows)
+
+
 def read_times(path: Path) -> dict[tuple[str, int], float]:
-    """(point id, seed) -> wall seconds of the campaign command that made its rows (the latest entry)."""
+    """(point id, seed) -> wall seconds of the campaign command that made its rows, for commands that ran
+    from start to finish in one campaign: a command started more than once before it finished (it was
+    interrupted and resumed) ran only part of its work in the last run, so it is left out.  Lines that do
+    not parse (a line cut short) are skipped."""
     out: dict[tuple[str, int], float] = {}
+    starts: dict[tuple[str, int], int] = {}
     if path.exists():
         for line in path.read_text().splitlines():
-            seconds, seed, point = line.split("\t")
-            out[point, int(seed)] = float(seconds)
+            parts = line.split("\t")
+            if len(parts) != 3:
+                continue
+            first, seed, point = parts
+            try:
+                key = (point, int(seed))
+                if first == START:
+                    starts[key] = starts.get(key, 0) + 1
+                    continue
+                seconds = float(first)
+            except ValueError:
+                continue
+            if starts.pop(key, 0) <= 1:
+                out[key] = seconds
+            else:
+                out.pop(key, None)
     return out
 
 
-def record_time(path: Path, seed: int, point: Point, seconds: float) -> None:
-    """Append one finished command's wall time (a tab-separated line: seconds, seed, point id)."""
+def record(path: Path, seed: int, point: Point, first: str) -> None:
+    """Append one line to the times file: ``first`` (:data:`START`, or the finished command's wall seconds),
+    the seed and the point id, tab-separated."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
-        f.write(f"{seconds:.1f}\t{seed}\t{point_id(point)}\n")
+        f.write(f"{first}\t{seed}\t{point_id(point)}\n")
+
+
+def record_time(path: Path, seed: int, point: Point, seconds: float) -> None:
+    record(path, seed, point, f"{seconds:.1f}")
 
 
 @dataclass
 class Progress:
-    """One task's commands at one seed: how many have rows, and the wall time the rest would take by the
-    same points' measured wall time at another seed (from the campaign's times file)."""
+    """One task's commands at one seed: how many have their rows, and the wall time the rest would take by
+    the same points' recorded wall time (the longest over the seeds that have one; the times file)."""
     task: str
     seed: int
     commands: int
     done: int = 0
     left_estimate_s: float = 0.0
     left_unmeasured: int = 0
+    unknown: int = 0  # commands has_rows cannot judge (bench run would report why)
 
     def line(self) -> str:
-        left = self.commands - self.done
+        left = self.commands - self.done - self.unknown
         return (f"{self.task} seed {self.seed}: {self.done}/{self.commands} commands have rows; left: {left}"
-                + (f", {self.left_estimate_s / 3600:.1f} h estimated from the same points' wall time at "
-                   "another seed" if left > self.left_unmeasured else "")
-                + (f", {self.left_unmeasured} with no measured time" if self.left_unmeasured else ""))
+                + (f", {self.left_estimate_s / 3600:.1f} h estimated from the same points' recorded wall time"
+                   if left > self.left_unmeasured else "")
+                + (f", {self.left_unmeasured} with no recorded time" if self.left_unmeasured else "")
+                + (f"; {self.unknown} cannot be judged (run them to see why)" if self.unknown else ""))
 
 
 def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float]) -> list[Progress]:
     """Per task (in :data:`TASK_ORDER`) and seed, the progress of ``plan``."""
     measured: dict[str, float] = {}
-    tasks: dict = {}
     for (point, _), seconds in times.items():
         measured[point] = max(seconds, measured.get(point, 0.0))
     out = []
@@ -241,8 +274,11 @@ def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float])
         for seed in sorted({s for s, point in plan if point.task == task}):
             row = Progress(task, seed, sum(1 for s, p in plan if p.task == task and s == seed))
             for _, point in [(s, p) for s, p in plan if p.task == task and s == seed]:
-                if has_rows(seed, point, tasks):
+                done = has_rows(seed, point)
+                if done:
                     row.done += 1
+                elif done is None:
+                    row.unknown += 1
                 elif point_id(point) in measured:
                     row.left_estimate_s += measured[point_id(point)]
                 else:
@@ -257,7 +293,8 @@ def status(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float]) -
     return [r.line() for r in rows] + [
         f"total: {sum(r.done for r in rows)}/{len(plan)} commands have rows; left: "
         f"{sum(r.left_estimate_s for r in rows) / 3600:.1f} h estimated + {sum(r.left_unmeasured for r in rows)} "
-        "commands with no measured time (wall time of the campaign's commands, times file)"]
+        "commands with no recorded time (wall time of the campaign's commands that ran start to finish)"
+        + (f"; {sum(r.unknown for r in rows)} cannot be judged" if any(r.unknown for r in rows) else "")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -296,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         if has_rows(seed, point):
             print(f"[campaign] {i}/{len(plan)} has its rows: {shlex.join(line)}", flush=True)
             continue
+        record(times, seed, point, START)
         start = time.time()
         print(f"[campaign] {i}/{len(plan)} {dt.datetime.now(dt.timezone.utc):%H:%M:%S} {shlex.join(line)}",
               flush=True)

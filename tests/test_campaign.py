@@ -35,7 +35,8 @@ def test_seed_major_order_and_one_seed_points():
     assert [p for _, p in calibration] == campaign.CALIBRATION and {s for s, _ in calibration} == {0}
     order = order[len(campaign.CALIBRATION):]
     first = [(s, p) for s, p in order if p.task in campaign.TASK_MAJOR]
-    assert order[:len(first)] == first  # the task-major tasks' seeds all come first ...
+    assert first and order[:len(first)] == first  # the task-major tasks' seeds all come first ...
+    assert {s for s, _ in first} == {0, 1, 2} and order[len(first)][0] == 0
     for points in (first, order[len(first):]):  # ... and each part is seed-major
         seeds = [seed for seed, _ in points]
         assert seeds == sorted(seeds)  # every point's seed 0 runs before any seed 1
@@ -83,9 +84,32 @@ def test_status_counts_a_command_done_exactly_when_bench_run_skips_it(tmp_path):
     assert not campaign.has_rows(0, point)
     assert runner.pending_values(cfg, runner.build(cfg, "adatape", "parity")[2], "adatape", "parity")
 
+    bad = campaign.Point("parity", (*overrides, "adatape.tau=3.0"))  # T/tau not whole: the method refuses
+    assert campaign.has_rows(0, bad) is None  # not judged here: the campaign runs it and bench run says why
+
     times = tmp_path / "times.tsv"
+    campaign.record(times, 0, point, campaign.START)
     campaign.record_time(times, 0, point, 7200.0)
     seed0, seed1 = campaign.progress([(0, point), (1, point), (0, other)], campaign.read_times(times))
     assert (seed0.commands, seed0.done, seed0.left_estimate_s, seed0.left_unmeasured) == (2, 0, 7200.0, 1)
     assert (seed1.commands, seed1.done, seed1.left_estimate_s, seed1.left_unmeasured) == (1, 0, 7200.0, 0)
     assert "2.0 h estimated" in seed1.line()
+
+
+def test_times_of_interrupted_commands_are_left_out(tmp_path):
+    """A command started twice before it finished (interrupted, then resumed by a later campaign) ran only
+    part of its work in the run that finished it: its time is not used for estimates."""
+    campaign = _campaign()
+    a, b, c = (campaign.Point("parity", (f"dense.depth={d}",)) for d in (2, 4, 8))
+    times = tmp_path / "times.tsv"
+    campaign.record(times, 0, a, campaign.START)
+    campaign.record_time(times, 0, a, 100.0)
+    campaign.record(times, 0, b, campaign.START)  # interrupted ...
+    campaign.record(times, 0, b, campaign.START)  # ... and resumed
+    campaign.record_time(times, 0, b, 5.0)
+    campaign.record(times, 1, b, campaign.START)
+    campaign.record_time(times, 1, b, 80.0)
+    campaign.record(times, 0, c, campaign.START)
+    with times.open("a") as f:
+        f.write("12.")  # a line cut short
+    assert campaign.read_times(times) == {(campaign.point_id(a), 0): 100.0, (campaign.point_id(b), 1): 80.0}

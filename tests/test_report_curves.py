@@ -225,7 +225,7 @@ def test_a_doubling_past_the_time_limit_says_so(tmp_path):
 
     _write(tmp_path, default, 0.80, 0, minutes=0.4 * limit)
     assert doubling_line().rstrip().endswith(f"| not run ({2 * default} steps) |")
-    _write(tmp_path, default, 0.80, 0, minutes=0.9 * limit, day=5)  # the latest row of the point counts
-    assert doubling_line().rstrip().endswith(f"| not run: {2 * default} steps would take about "
+    _write(tmp_path, default, 0.80, 0, minutes=0.9 * limit)  # the same point, re-written: a longer training
+    assert doubling_line().rstrip().endswith(f"| out of reach: {2 * default} steps would take about "
                                              f"{1.8 * limit:.0f} min (twice the default's), over the "
-                                             f"{limit:g}-min limit |")
+                                             f"{limit:g}-min limit; the gains up to the default are above |")

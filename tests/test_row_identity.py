@@ -83,6 +83,7 @@ def test_a_row_of_an_older_protocol_does_not_count_as_the_point(tmp_path):
     assert [Path(p).name for p in written] == [name] and _row_files(rows_dir) == [name]
     assert results.row_protocol(rows_dir / name) == results.PROTOCOL_VERSION
     assert runner.run(cfg, "dense", "parity", "test") == []  # now it has its row
+    assert [results.protocol_version(v) for v in (None, float("nan"), "", 1, 2.0, "2")] == [1, 1, 1, 1, 2, 2]
 
 
 def test_report_keeps_rows_of_different_budgets_apart(tmp_path):
