@@ -218,7 +218,8 @@ def _point_keys(*frames) -> tuple[tuple[str, ...], ...]:
 def _reaches(view: TaskView, check: Reaches) -> CheckResult:
     pts = select_points(view, check.select)
     hib = view.higher_is_better
-    items = []
+    items = [] if not pts.empty else [Item(f"no points of {check.select.name}", NA, "", math.nan, math.nan,
+                                           math.nan, "", "", UNSURE, "no rows match the selection")]
     for idx, point in pts.iterrows():
         draws = view.unc.mean_draws(point["keys"])
         lo, hi = stats.interval(draws) if draws is not None else (math.nan, math.nan)
