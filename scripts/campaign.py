@@ -15,7 +15,9 @@ Order: first the learning-curve points that settle the defaults (:data:`CALIBRAT
 the cheap :data:`TASK_MAJOR` tasks (parity); then the other tasks whose defaults are settled
 (:data:`SETTLED`) seed-major (every point's seed 0, then seed 1, then seed 2), so that one complete seed
 of their leaderboard exists first; within a seed, the tasks in :data:`TASK_ORDER`, each task's dense base
-first (every method starts from it).  Every point runs with three seeds: the claims in
+first (every method starts from it), then the methods (which fine-tune it in minutes), then the static
+sizes and controls (which train from scratch with a base's whole budget, tens of minutes each), so that a
+session's hours yield the most points.  Every point runs with three seeds: the claims in
 ``reports/claims.md`` compare almost all of them (static sizes included, as the baselines of CCT and
 ACT), and :data:`ONE_SEED` lists the points no claim reads, which get seed 0 only.
 """
@@ -61,9 +63,6 @@ SEQ = ("parity.variant=sequence", "parity.n=16", "parity.train_steps=2000")
 PLAN: dict[str, list[Point]] = {
     "imagenet": [
         _p("imagenet", "method=dense"),
-        _p("imagenet", "method=dense", "dense.width=0.5", "dense.depth=0.5"),
-        _p("imagenet", "method=dense", "dense.width=0.5"),
-        _p("imagenet", "method=dense", "dense.depth=0.5"),
         *[_p("imagenet", "method=acm", f"acm.beta_target={b}") for b in (0.25, 0.4, 0.6, 0.75)],
         *[_p("imagenet", "method=acm", "acm.alpha_b=1.0", f"acm.beta_target={b}") for b in (0.25, 0.4)],
         _p("imagenet", "method=moefication"),
@@ -72,6 +71,10 @@ PLAN: dict[str, list[Point]] = {
           for w in (0.01, 0.03, 0.1, 0.3)],
         _p("imagenet", "method=cct"),
         _p("imagenet", "method=adatape", "adatape.max_tape=8", "adatape.tau=4", "adatape.eval_caps=[2,4,6]"),
+        # static sizes after the methods (module docstring)
+        _p("imagenet", "method=dense", "dense.width=0.5", "dense.depth=0.5"),
+        _p("imagenet", "method=dense", "dense.width=0.5"),
+        _p("imagenet", "method=dense", "dense.depth=0.5"),
         # the equal-budget dense control (base + method steps), on the base's learning curve
         _p("imagenet", "method=dense", f"imagenet.train_steps={EQUAL_BUDGET}", "results_dir=results/curves",
            "timing=false"),
@@ -89,7 +92,6 @@ PLAN: dict[str, list[Point]] = {
     ],
     "iwslt": [
         _p("iwslt", "method=dense", *IWSLT),
-        *[_p("iwslt", "method=dense", *IWSLT, f"dense.depth={d}") for d in (0.3333, 0.6667)],
         _p("iwslt", "method=dat", *IWSLT),
         _p("iwslt", "method=dat", *IWSLT, "dat.thresholds=[0.82,0.85,0.88,0.9,0.95,0.99]", "dat.fixed_exits=[4,5]"),
         _p("iwslt", "method=dat", *IWSLT, "dat.oracle=likelihood", "dat.thresholds=[0.2,0.5,0.8,0.9,0.95,0.99]",
@@ -99,18 +101,18 @@ PLAN: dict[str, list[Point]] = {
         *[_p("iwslt", "method=acm", *IWSLT, "acm.alpha_b=1.0", f"acm.beta_target={b}") for b in (0.25, 0.4, 0.6, 0.75)],
         _p("iwslt", "method=moefication", *IWSLT),
         _p("iwslt", "method=acm", *IWSLT, "acm.beta_target=0.6"),  # the paper's loss weights
-        *[_p("iwslt", "method=dense", *IWSLT, f"dense.depth={d}") for d in (0.1667, 0.5)],
+        *[_p("iwslt", "method=dense", *IWSLT, f"dense.depth={d}") for d in (0.3333, 0.6667, 0.1667, 0.5)],
         _p("iwslt", "method=dense", *IWSLT, "dense.width=0.5"),
     ],
     "commonvoice": [
         _p("commonvoice", "method=dense"),
         _p("commonvoice", "method=dense", "commonvoice.eval_set=pocketsphinx"),
-        _p("commonvoice", "method=dense", "dense.width=0.5"),
-        _p("commonvoice", "method=dense", "dense.depth=0.5"),
         *[_p("commonvoice", "method=acm", "acm.modules=mlp", "acm.alpha_b=1.0", f"acm.beta_target={b}")
           for b in (0.25, 0.4, 0.6, 0.75)],
         _p("commonvoice", "method=moefication"),
         _p("commonvoice", "method=acm"),  # every module an ACM (the MLP-only ACMs are the claim's)
+        _p("commonvoice", "method=dense", "dense.width=0.5"),
+        _p("commonvoice", "method=dense", "dense.depth=0.5"),
     ],
 }
 TASK_ORDER = ("parity", "imagenet", "iwslt", "commonvoice")
