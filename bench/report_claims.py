@@ -26,7 +26,8 @@ RULES = [
     "below m, and **inconclusive** when it contains m. A threshold check works the same way on a point's quality.",
     "* **Seeds.** The CI covers the test set, not the training seed. Each comparison is also computed per seed "
     "(seed s of A against seed s of B); a verdict that a seed contradicts is downgraded to inconclusive "
-    "(\"seeds disagree\"): with two seeds, an ordering the seeds do not agree on is not established.",
+    "(\"seeds disagree\"): an ordering or threshold that any seed's own value contradicts is not established, "
+    "however narrow the pooled CI.",
     "* **BLEU.** A point-against-point comparison on BLEU also runs sacreBLEU's own paired bootstrap test "
     "(`sacrebleu.significance.PairedTest`, 1000 resamples) for every seed pair; with margin 0, a verdict that any "
     "seed's test does not support at p < 0.05 is downgraded to inconclusive.",
