@@ -37,7 +37,9 @@ def test_seed_major_order_and_one_seed_points():
     first = [(s, p) for s, p in order if p.task in campaign.TASK_MAJOR]
     assert first and order[:len(first)] == first  # the task-major tasks' seeds all come first ...
     assert {s for s, _ in first} == {0, 1, 2} and order[len(first)][0] == 0
-    for points in (first, order[len(first):]):  # ... and each part is seed-major
+    deferred = [(s, p) for s, p in order if s != 0 and p in campaign.DEFERRED]
+    assert deferred and order[len(order) - len(deferred):] == deferred  # the deferred seeds come last ...
+    for points in (first, order[len(first):len(order) - len(deferred)], deferred):  # ... each part seed-major
         seeds = [seed for seed, _ in points]
         assert seeds == sorted(seeds)  # every point's seed 0 runs before any seed 1
     assert campaign.ONE_SEED and all(any(p == q for plan in campaign.PLAN.values() for q in plan)
