@@ -1,8 +1,11 @@
 """Learning curves of the dense base models: the evidence behind each task's offline default budget.
 
 ``bench report`` reads the rows under ``<results_dir>/curves/`` (dense base models trained with
-different ``<task>.train_steps``, written there by ``bench run ... results_dir=results/curves``) and writes
-``reports/curves.md`` (and ``.html``) and one figure per task, ``reports/curves_<task>.png``.
+different ``<task>.train_steps``, written there by ``bench run ... results_dir=results/curves``) and the
+leaderboard's dense base rows of each task's default configuration made under today's training protocol
+(``<results_dir>/<task>/dense``: every seed of the base the methods start from is a point of the default
+curve), and writes ``reports/curves.md`` (and ``.html``) and one figure per task,
+``reports/curves_<task>.png``.
 
 What the page answers, per task and dataset (rows that differ in anything but ``train_steps`` are
 separate curves):
@@ -20,7 +23,9 @@ separate curves):
   to saturation, and the training time allowed.  Verdicts use the claims' rule
   (``bench.report_claims``): **met** when the whole 95% CI is on the target's side, **missed** when it is
   wholly on the other side, **inconclusive** otherwise.  The training time is the row's ``train_time_s``:
-  the wall clock recorded in the base model's checkpoint by the run that trained it.
+  the wall clock recorded in the base model's checkpoint by the run that trained it.  With
+  ``equal_budget_control``, the default base must also agree with the dense model trained for
+  ``train_steps + method_steps``: the paired CI of control − base within ± the base's seed spread.
 
 Rows of one curve are one per (steps, seed): re-evaluations of the same model (another ``threads``,
 ``timing``) keep the latest.  A doubling gain pairs the seeds that have rows at both N and 2N, on one
@@ -138,15 +143,26 @@ def _curve_setting(config: dict, task: str) -> dict[str, str]:
     return {**section, **size, **run}
 
 
+def _is_default(setting: dict[str, str], task: str) -> bool:
+    """Whether a curve setting is the task's default configuration (every key at its default)."""
+    defaults = task_defaults(task)
+    return bool(defaults) and all(setting.get(k) == v for k, v in defaults.items())
+
+
 def load_curves(results_dir: Path | str) -> list[Curve]:
-    """The curves under ``<results_dir>/curves``: dense rows grouped by (task, dataset, setting)."""
+    """The curves under ``<results_dir>/curves``, with the leaderboard's default dense bases of today's
+    protocol: dense rows grouped by (task, dataset, setting)."""
     import yaml
 
     from bench.report import latest_rows
 
-    frame = results.load(Path(results_dir) / CURVES_DIR)
-    if frame.empty:
+    curve_rows = results.load(Path(results_dir) / CURVES_DIR).assign(leaderboard=False)
+    board = results.load(results_dir)
+    board = board[(board["method"] == "dense") & board["task"].isin(set(curve_rows["task"]))  # tasks with curves
+                  & (board["protocol"].map(results.protocol_version) == results.PROTOCOL_VERSION)]
+    if curve_rows.empty:
         return []
+    frame = pd.concat([curve_rows, board.assign(leaderboard=True)], ignore_index=True)
     frame = frame[frame["method"] == "dense"].copy()
     frame = latest_rows(frame)
     frame["steps"] = frame["train_budget"].map(train_steps)
@@ -161,6 +177,10 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
         keys.append(results.stable_hash(setting))
         by_key[keys[-1]] = setting
     frame["setting_key"] = keys
+    # the leaderboard's dense rows join only as the default configuration's base (its other sizes and
+    # evaluation sets are not points of a learning curve)
+    on_default = [_is_default(by_key[k], str(t)) for k, t in zip(frame["setting_key"], frame["task"])]
+    frame = frame[~frame["leaderboard"] | pd.Series(on_default, index=frame.index)].copy()
     # one row per (curve, steps, seed): a re-evaluation of the same model (other threads/timing) keeps the latest
     frame = frame.sort_values("timestamp", kind="stable").drop_duplicates(
         ["task", "dataset", "setting_key", "steps", "seed"], keep="last")
@@ -175,8 +195,7 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
                 differing = sorted(k for k in by_key[key] if len({o.get(k) for o in others}) > 1)
                 setting = ", ".join(f"{k}={by_key[key][k]}" for k in differing)
             first = rows.iloc[0]
-            defaults = task_defaults(str(task))
-            is_default = bool(defaults) and all(by_key[key].get(k) == v for k, v in defaults.items())
+            is_default = _is_default(by_key[key], str(task))
             curves.append(Curve(task=str(task), dataset=str(dataset), metric=str(first["metric"]),
                                 higher_is_better=bool(first["higher_is_better"]), setting=setting, rows=rows,
                                 default_steps=default_train_steps(str(task)), is_default=is_default,
@@ -308,6 +327,38 @@ def compare_settings(curves: list[Curve], results_dir: Path | str) -> list[Compa
     return out
 
 
+def within(low: float, high: float, bound: float) -> str:
+    """Whether a difference lies within ±``bound`` at 95%: met when its whole CI does, missed when the whole
+    CI lies beyond one side, inconclusive otherwise (and without a CI)."""
+    if not (math.isfinite(low) and math.isfinite(high) and math.isfinite(bound)):
+        return UNSURE
+    if -bound < low and high < bound:
+        return MET
+    return MISSED if low >= bound or high <= -bound else UNSURE
+
+
+def control_check(curve: Curve, default: Point | None) -> list[str]:
+    """The default base against the equal-budget control (``train_steps + method_steps`` dense steps): Δ =
+    control − base, paired over the seeds both have, must lie within the base's seed spread (max − min of
+    its seeds' values, which needs two seeds)."""
+    extra = _config_defaults(curve.task).get("method_steps")
+    name = "the equal-budget control agrees with the base within its seed spread"
+    if default is None or not curve.default_steps or extra is None:
+        return [name, "n/a", "not run"]
+    control = curve.default_steps + int(extra)
+    name = f"{name} ({control} steps)"
+    gain = _gain(curve, curve.default_steps, control, None) if control in curve.steps else None
+    if gain is None:
+        return [name, "n/a", f"not run ({control} steps, a seed the base has)"]
+    spread = max(default.seed_values) - min(default.seed_values)
+    value = (f"Δ = {_fmt(gain.gain, curve.metric)} [{_fmt(gain.low, curve.metric)}, {_fmt(gain.high, curve.metric)}]"
+             f" ({', '.join(f's{s}: {_fmt(g, curve.metric)}' for s, g in gain.seed_gains.items())}); "
+             f"base seed spread {_fmt(spread, curve.metric)} over {len(default.seeds)} seed(s)")
+    if len(default.seeds) < 2:
+        return [name, value, "inconclusive: the spread needs two seeds of the base"]
+    return [name, value, within(gain.low, gain.high, spread)]
+
+
 def below(low: float, high: float, threshold: float) -> str:
     """Whether a quantity is below ``threshold`` at 95% (the claims' rule on its negation): met / missed /
     inconclusive (no CI: inconclusive)."""
@@ -432,6 +483,8 @@ def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
             else:
                 verdict = f"not run ({2 * curve.default_steps} steps)"
             checks.append([f"doubling the default gains < {target.doubling_gain:g}", value, verdict])
+        if target.equal_budget_control:
+            checks.append(control_check(curve, default))
         if target.minutes:
             minutes = default.train_minutes if default else math.nan
             known = math.isfinite(minutes)
@@ -453,7 +506,9 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
     out.mkdir(parents=True, exist_ok=True)
     lines = ["# Learning curves of the dense base models", "",
              f"Generated by `python -m bench report` from the rows under `{results_dir}/{CURVES_DIR}/`: dense "
-             "base models of one task configuration trained for different `<task>.train_steps`. Re-create a "
+             "base models of one task configuration trained for different `<task>.train_steps`; and from the "
+             f"leaderboard's dense base rows of each task's default configuration (`{results_dir}/<task>/dense`, "
+             "today's training protocol), the models every method starts from. Re-create a "
              "point with the row's `command`; e.g. `python -m bench run method=dense task=imagenet "
              "imagenet.train_steps=37520 results_dir=results/curves timing=false threads=2`.", "",
              f"Uncertainty: bootstrap over test examples ({stats.N_RESAMPLES} resamples, percentile, paired "

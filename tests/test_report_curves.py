@@ -19,9 +19,10 @@ N = 4000
 
 def _write(results_dir, steps: int, accuracy: float, seed: int, *, d_model: int | None = None, correct=None,
            threads: int = 2, eval_limit: int = 0, day: int | None = None, minutes: float | None = None,
-           without: tuple[str, ...] = ()):
-    """A dense imagenet row trained for ``steps`` under results_dir/curves, scoring ``accuracy`` on N
-    examples (the first round(accuracy·N) correct unless ``correct`` gives the mask)."""
+           without: tuple[str, ...] = (), leaderboard: bool = False, width: float = 1.0, protocol: int | None = None):
+    """A dense imagenet row trained for ``steps`` under results_dir/curves (under results_dir itself, the
+    leaderboard, with ``leaderboard``), scoring ``accuracy`` on N examples (the first round(accuracy·N)
+    correct unless ``correct`` gives the mask)."""
     score = (np.arange(N) < round(accuracy * N)).astype(float) if correct is None else correct.astype(float)
     config = {f.name: f.default for f in dataclasses.fields(ImageNetConfig)}
     config["train_steps"] = steps
@@ -41,12 +42,13 @@ def _write(results_dir, steps: int, accuracy: float, seed: int, *, d_model: int 
         timestamp=f"2026-01-{(seed + 1 if day is None else day):02d}T00:00:00Z", timing_threads=threads,
         latency_b1_ms=math.nan, latency_b1_iqr_ms=math.nan, throughput_per_s=math.nan, throughput_batch=0,
         dense_latency_b1_ms=math.nan, dense_throughput_per_s=math.nan, latency_b1_ratio=math.nan,
-        throughput_ratio=math.nan, timing_rounds=0, params=1)
+        throughput_ratio=math.nan, timing_rounds=0, params=1,
+        **({} if protocol is None else {"protocol": protocol}))
     samples = pd.DataFrame({"target": 0, "prediction": 0, "score": score, "macs": 1.0, "index": np.arange(N)})
     config_yaml = yaml.safe_dump({"seed": seed, "threads": threads, "eval_limit": eval_limit, "imagenet": config,
-                                  "dense": {"width": 1.0, "depth": 1.0}})
-    results.append(results_dir / "curves", row, f"w1-d1-{steps}-{d_model}-t{threads}-e{eval_limit}-s{seed}", samples,
-                   config_yaml)
+                                  "dense": {"width": width, "depth": 1.0}})
+    results.append(results_dir if leaderboard else results_dir / "curves", row,
+                   f"w{width}-d1-{steps}-{d_model}-t{threads}-e{eval_limit}-p{protocol}-s{seed}", samples, config_yaml)
 
 
 def test_doubling_verdicts_and_non_default_curves(tmp_path):
@@ -229,3 +231,45 @@ def test_a_doubling_past_the_time_limit_says_so(tmp_path):
     assert doubling_line().rstrip().endswith(f"| out of reach: {2 * default} steps would take about "
                                              f"{1.8 * limit:.0f} min (twice the default's), over the "
                                              f"{limit:g}-min limit; the gains up to the default are above |")
+
+
+def test_the_leaderboards_default_bases_are_points_of_the_default_curve(tmp_path):
+    """The leaderboard's dense base rows (results/<task>/dense) of the default configuration and today's
+    protocol join the default curve, so the targets are judged on every seed of the base; its other sizes
+    and rows of an earlier protocol do not."""
+    default = report_curves.default_train_steps("imagenet")
+    _write(tmp_path, default // 2, 0.80, 0)
+    _write(tmp_path, default, 0.86, 0)
+    _write(tmp_path, default, 0.87, 1, leaderboard=True)
+    _write(tmp_path, default, 0.60, 2, leaderboard=True, width=0.5)  # a static size: not a curve point
+    _write(tmp_path, default, 0.50, 2, leaderboard=True, protocol=1)  # an earlier protocol
+    (curve,) = report_curves.load_curves(tmp_path)
+    at_default = curve.rows[curve.rows["steps"] == default].sort_values("seed")
+    assert list(at_default["seed"]) == [0, 1] and list(at_default["quality"]) == [0.86, 0.87]
+    assert results.load(tmp_path).shape[0] == 3  # the leaderboard rows themselves are untouched
+
+
+def test_the_equal_budget_control_must_agree_within_the_seed_spread(tmp_path):
+    """imagenet's target: the default base and a dense model trained for train_steps + method_steps agree
+    within the base's seed spread (max − min over its seeds), judged on the paired CI of control − base."""
+    default = report_curves.default_train_steps("imagenet")
+    control = default + ImageNetConfig.method_steps
+    assert report_curves.base_target("imagenet").equal_budget_control
+
+    def control_line():
+        report_curves.write(tmp_path, tmp_path / "reports")
+        return next(l for l in (tmp_path / "reports" / "curves.md").read_text().splitlines()
+                    if "equal-budget control" in l and l.startswith("| imagenet"))
+
+    _write(tmp_path, default, 0.880, 0)
+    assert control_line().rstrip().endswith(f"| not run ({control} steps, a seed the base has) |")
+    _write(tmp_path, control, 0.881, 0)
+    assert "the spread needs two seeds of the base" in control_line()
+    _write(tmp_path, default, 0.900, 1, leaderboard=True)  # spread 0.02; Δ = +0.001 on the same examples
+    _write(tmp_path, control, 0.901, 1)
+    line = control_line()
+    assert "base seed spread 0.0200 over 2 seed(s)" in line and line.rstrip().endswith("| met |")
+    _write(tmp_path, control, 0.990, 0, day=9)  # the control re-run far above: Δ ≈ +0.056, beyond the spread
+    _write(tmp_path, control, 0.990, 1, day=9)
+    assert control_line().rstrip().endswith("| missed |")
+    assert report_curves.within(-0.01, 0.03, 0.02) == report_curves.UNSURE
