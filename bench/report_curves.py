@@ -66,6 +66,7 @@ class Curve:
     is_default: bool = True  # every other key at the task's default (the targets apply to this curve only)
     setting_key: str = ""
     unc: stats.Uncertainty = field(default_factory=stats.Uncertainty)
+    train_minutes: dict[int, list[float]] = field(default_factory=dict)  # steps -> every training's minutes
 
     @property
     def steps(self) -> list[int]:
@@ -164,9 +165,8 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
         return []
     frame = pd.concat([curve_rows, board.assign(leaderboard=True)], ignore_index=True)
     frame = frame[frame["method"] == "dense"].copy()
-    frame = latest_rows(frame)
     frame["steps"] = frame["train_budget"].map(train_steps)
-    frame = frame[frame["steps"].notna()].copy()
+    frame = frame[frame["steps"].notna()].reset_index(drop=True)
     by_key: dict[str, dict[str, str]] = {}  # setting hash -> setting
     keys = []
     for row in frame.to_dict("records"):
@@ -181,6 +181,13 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
     # evaluation sets are not points of a learning curve)
     on_default = [_is_default(by_key[k], str(t)) for k, t in zip(frame["setting_key"], frame["task"])]
     frame = frame[~frame["leaderboard"] | pd.Series(on_default, index=frame.index)].copy()
+    # every training of a point counts for its time, before re-runs are reduced to the latest row: the same
+    # model trained again (another session, another machine load) is another measurement of the same budget
+    trainings = (frame.dropna(subset=["train_time_s"])
+                 .drop_duplicates(["task", "dataset", "setting_key", "steps", "seed", "train_time_s"])
+                 .groupby(["task", "dataset", "setting_key", "steps"])["train_time_s"]
+                 .apply(lambda t: sorted(float(v) / 60.0 for v in t)).to_dict())
+    frame = latest_rows(frame)
     # one row per (curve, steps, seed): a re-evaluation of the same model (other threads/timing) keeps the latest
     frame = frame.sort_values("timestamp", kind="stable").drop_duplicates(
         ["task", "dataset", "setting_key", "steps", "seed"], keep="last")
@@ -196,8 +203,10 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
                 setting = ", ".join(f"{k}={by_key[key][k]}" for k in differing)
             first = rows.iloc[0]
             is_default = _is_default(by_key[key], str(task))
+            minutes = {int(n): trainings.get((task, dataset, key, n), []) for n in set(rows["steps"])}
             curves.append(Curve(task=str(task), dataset=str(dataset), metric=str(first["metric"]),
                                 higher_is_better=bool(first["higher_is_better"]), setting=setting, rows=rows,
+                                train_minutes=minutes,
                                 default_steps=default_train_steps(str(task)), is_default=is_default,
                                 setting_key=key))
     for curve in curves:
@@ -216,7 +225,8 @@ class Point:
     high: float
     seeds: list[int]
     seed_values: list[float]
-    train_minutes: float
+    train_minutes: float  # the longest training of the point
+    trainings: list[float] = field(default_factory=list)  # every training's minutes (re-runs included)
 
 
 def points(curve: Curve) -> list[Point]:
@@ -224,9 +234,10 @@ def points(curve: Curve) -> list[Point]:
     for steps in curve.steps:
         rows = curve.rows[curve.rows["steps"] == steps].sort_values("seed")
         low, high = curve.unc.ci(list(rows["row_key"]))
+        trainings = curve.train_minutes.get(steps) or [float(t) / 60.0 for t in rows["train_time_s"].dropna()]
         out.append(Point(steps=steps, quality=float(rows["quality"].mean()), low=low, high=high,
                          seeds=[int(s) for s in rows["seed"]], seed_values=[float(q) for q in rows["quality"]],
-                         train_minutes=float(rows["train_time_s"].max()) / 60.0))
+                         train_minutes=max(trainings, default=math.nan), trainings=trainings))
     return out
 
 
@@ -443,7 +454,7 @@ def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
                       f"{_fmt(p.quality, curve.metric)} [{_fmt(p.low, curve.metric)}, {_fmt(p.high, curve.metric)}]",
                       ", ".join(f"s{s}: {_fmt(v, curve.metric)}" for s, v in zip(p.seeds, p.seed_values)),
                       f"{p.train_minutes:.1f}" if math.isfinite(p.train_minutes) else "n/a"])
-    lines += [markdown_table(["base steps", f"{curve.metric} [95% CI]", "per seed", "training minutes (max)"],
+    lines += [markdown_table(["base steps", f"{curve.metric} [95% CI]", "per seed", "training minutes (longest)"],
                              table), ""]
     if doubles:
         rows = [[f"{d.steps} → {d.to_steps}", f"{_fmt(d.gain, curve.metric)} [{_fmt(d.low, curve.metric)}, "
@@ -488,7 +499,10 @@ def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
         if target.minutes:
             minutes = default.train_minutes if default else math.nan
             known = math.isfinite(minutes)
-            checks.append([f"base trains in ≤ {target.minutes:g} min", f"{minutes:.1f} min" if known else "n/a",
+            runs = default.trainings if default else []
+            value = f"{minutes:.1f} min" + (f" (the longest of {len(runs)} trainings: "
+                                            f"{', '.join(f'{m:.1f}' for m in runs)} min)" if len(runs) > 1 else "")
+            checks.append([f"base trains in ≤ {target.minutes:g} min", value if known else "n/a",
                            (MET if minutes <= target.minutes else MISSED) if known else
                            UNSURE if default else "not run"])
         lines += [f"Target ({md_escape(target.source)}):", "",
@@ -515,7 +529,10 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
              "within a curve; `scipy.stats.bootstrap`) of the seed mean; it covers the test set, not the seed. "
              "A target is **met** when the whole 95% CI is on its side, **missed** when the whole CI is on the "
              "other side, **inconclusive** otherwise. Training minutes: the row's `train_time_s`, the wall "
-             "clock the run that trained the base recorded in its checkpoint.", ""]
+             "clock the run that trained the base recorded in its checkpoint; a point trained more than once "
+             "(the same seed again, e.g. a calibration run and the leaderboard's base, or another seed) counts "
+             "its longest training, and the time target lists them all (the machine is shared, so the same "
+             "training takes different times in different sessions).", ""]
     summary_rows, sections, written = [], [], []
     for curve in curves:
         slug = _slug(curve)
