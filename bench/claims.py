@@ -108,9 +108,10 @@ class BaseTarget:
     BLEU ≥ 10); ``doubling_gain``: doubling the default steps must gain less than this (metric units, the
     metric's direction applied); ``minutes``: the longest the default base may train (wall clock);
     ``source``: who set the target; ``task``: the task it is for (a claims module serves every task
-    registered from its package, e.g. iwslt and wmt); ``equal_budget_control``: a dense model trained for the base's and a
-    method's steps together (``train_steps + method_steps``) must gain less over the default base than the
-    base's seed spread, so that a method's loss against dense is not a budget artefact."""
+    registered from its package, e.g. iwslt and wmt); ``equal_budget_control``: a dense model trained for
+    the base's and a method's steps together (``train_steps + method_steps``) must gain less over the
+    default base than the base's seed spread, so that a method's loss against dense is not a budget
+    artefact."""
 
     task: str
     quality: float | None = None

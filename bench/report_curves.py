@@ -34,8 +34,9 @@ separate curves):
 
 Only rows made under today's training protocol count.  Rows of one curve are one per (steps, seed), the
 latest: a re-evaluation of the same model (another ``threads``, ``timing``) and a re-training of the same
-point (a calibration row and the leaderboard's base of the same seed) both keep the latest row's quality.  A doubling gain pairs the seeds that have rows at both N and 2N, on one
-test set, and lists each seed's own gain beside the mean.  Only the default configuration's curve (every
+point (a calibration row and the leaderboard's base of the same seed) both keep the latest row's quality.
+A doubling gain pairs the seeds that have rows at both N and 2N, on one test set, and lists each seed's
+own gain beside the mean.  Only the default configuration's curve (every
 key at the task's default but ``train_steps``) is judged against the target.  The default budget (the
 task's ``train_steps`` default in its config dataclass) is marked on each curve.  A key added to the task
 after a row was made is read as its default (options are added with the earlier behaviour as default).
@@ -161,18 +162,15 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
     protocol: dense rows grouped by (task, dataset, setting)."""
     import yaml
 
-    from bench.report import latest_rows
-
-    from bench.report import protocol_versions
+    from bench.report import latest_rows, protocol_versions
 
     curve_rows = results.load(Path(results_dir) / CURVES_DIR).assign(leaderboard=False)
     if curve_rows.empty:
         return []
     board = results.load(results_dir)
     curve_sets = set(zip(curve_rows["task"], curve_rows["dataset"]))  # only where a curve exists, on its data
-    board = board[(board["method"] == "dense")
-                  & pd.Series([pair in curve_sets for pair in zip(board["task"], board["dataset"])],
-                              index=board.index, dtype=bool)]
+    board = board[pd.Series([pair in curve_sets for pair in zip(board["task"], board["dataset"])],
+                            index=board.index, dtype=bool)]
     frame = pd.concat([curve_rows, board.assign(leaderboard=True)], ignore_index=True)
     frame = frame[(frame["method"] == "dense") & (protocol_versions(frame) == results.PROTOCOL_VERSION)].copy()
     if frame.empty:
@@ -200,7 +198,7 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
                  .groupby(["task", "dataset", "setting_key", "steps"])["train_time_s"]
                  .apply(lambda t: sorted(float(v) / 60.0 for v in t)).to_dict())
     frame = latest_rows(frame)
-    # one row per (curve, steps, seed): a re-evaluation of the same model (other threads/timing) keeps the latest
+    # one row per (curve, steps, seed), the latest: a re-evaluation (other threads/timing) or a re-training
     frame = frame.sort_values("timestamp", kind="stable").drop_duplicates(
         ["task", "dataset", "setting_key", "steps", "seed"], keep="last")
     curves = []
@@ -246,7 +244,7 @@ def points(curve: Curve) -> list[Point]:
     for steps in curve.steps:
         rows = curve.rows[curve.rows["steps"] == steps].sort_values("seed")
         low, high = curve.unc.ci(list(rows["row_key"]))
-        trainings = curve.train_minutes.get(steps) or [float(t) / 60.0 for t in rows["train_time_s"].dropna()]
+        trainings = curve.train_minutes.get(steps, [])
         out.append(Point(steps=steps, quality=float(rows["quality"].mean()), low=low, high=high,
                          seeds=[int(s) for s in rows["seed"]], seed_values=[float(q) for q in rows["quality"]],
                          train_minutes=max(trainings, default=math.nan), trainings=trainings))
@@ -377,11 +375,10 @@ def control_check(curve: Curve, default: Point | None) -> list[str]:
              f"base seed spread {_fmt(spread, curve.metric)} over {len(default.seeds)} seed(s)")
     if len(default.seeds) < 2:
         return [name, value, "inconclusive: the spread needs two seeds of the base"]
-    result = below(gain.low, gain.high, spread)
-    seeds = gain.seed_gains.values()  # a seed on the other side contradicts the verdict (the claims' rule)
-    if (result == MET and any(g >= spread for g in seeds)) or (result == MISSED and any(g <= spread for g in seeds)):
-        result = f"{UNSURE} (seeds disagree)"
-    return [name, value, result]
+    # below the spread is above its negation: the claims' verdict and seed rule on −Δ against −spread
+    result, why = seed_check(verdict(-gain.high, -gain.low, -spread), {s: -g for s, g in gain.seed_gains.items()},
+                             -spread)
+    return [name, value, AS_TARGET.get(result, UNSURE) + (f" ({why})" if why else "")]
 
 
 def below(low: float, high: float, threshold: float) -> str:
@@ -472,7 +469,8 @@ def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
              f"![{curve.task} learning curve](curves_{slug}.png)", ""]
     table = []
     for p in pts:
-        label = {curve.default_steps: " (default)", control_steps(curve): " (equal-budget control)"}.get(p.steps, "")
+        label = {curve.default_steps: " (default)",
+                 control_steps(curve): " (equal-budget control)"}.get(p.steps, "")
         table.append([str(p.steps) + label,
                       f"{_fmt(p.quality, curve.metric)} [{_fmt(p.low, curve.metric)}, {_fmt(p.high, curve.metric)}]",
                       ", ".join(f"s{s}: {_fmt(v, curve.metric)}" for s, v in zip(p.seeds, p.seed_values)),
