@@ -1,8 +1,8 @@
 """ACM's paper claims (Wójcik et al., Adaptive Computation Modules), evaluated by ``bench report``.
 
 ImageNet claims are tested on the offline stand-in (Fashion-MNIST ViT); ACM's curve there pools both loss
-weightings that were swept with two seeds (the paper's α_b = 0.1 and α_b = 1), since only their union spans
-the low budgets.  The speech claim uses the MLP-only ACMs swept with two seeds.
+weightings that the campaign sweeps (the paper's α_b = 0.1 and α_b = 1), since only their union spans the
+low budgets.  The speech claim uses the MLP-only ACMs.  Every seed the rows hold counts (bench/claims.py).
 """
 
 from bench.claims import Beats, Claim, Select
