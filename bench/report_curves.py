@@ -533,9 +533,13 @@ def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
 
 
 def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
-    """Write reports/curves.{md,html} and one figure per curve; [] when there are no curve rows."""
+    """Write reports/curves.{md,html} and one figure per curve (the method-budget curves' section included,
+    bench/report_method_budget.py); [] when there are no curve rows."""
+    from bench import report_method_budget
+
     curves = load_curves(results_dir)
-    if not curves:
+    budget_lines, budget_figures = report_method_budget.section(results_dir, reports_dir)
+    if not curves and not budget_lines:
         return []
     out = Path(reports_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -580,6 +584,6 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
                                    f"{c.delta:+.4g} [{c.low:+.4g}, {c.high:+.4g}]" if c.steps else "—",
                                    ", ".join(f"s{s}: {d:+.4g}" for s, d in sorted(c.seed_deltas.items())),
                                    c.verdict] for c in comparisons]), ""]
-    lines += sections
-    return written + write_page(out, "curves", "\n".join(lines).rstrip() + "\n",
+    lines += sections + budget_lines
+    return written + budget_figures + write_page(out, "curves", "\n".join(lines).rstrip() + "\n",
                                 "Learning curves of the dense base models")

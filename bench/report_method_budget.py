@@ -1,0 +1,265 @@
+"""Method-budget curves: does a method's loss against the dense base come from a short method budget?
+
+The core's protocol gives every method one budget on top of the dense base, the task's ``method_steps``
+(bench/protocol.py).  A method trained with more of it may gain, as an undertrained base would; then a
+"loss against dense" at the default budget says as much about the budget as about the method.  This
+module reads the method rows under ``<results_dir>/curves/`` (``bench run method=<m> task=<t>
+<t>.method_steps=N results_dir=results/curves``), adds the leaderboard's rows of the same point (same
+method config, same task config but ``method_steps``, today's protocol) as the default budget's point, and
+writes the "Method budgets" section of ``reports/curves.md`` and one figure per curve,
+``reports/curves_budget_<task>_<method>_<hash>.png``.
+
+Per curve (task, dataset, method, knob value and every other config key fixed; only ``method_steps``
+varies), per method budget: the seed mean quality with its bootstrap 95% CI over test examples, the mean
+cost (% of dense MACs: it moves with training for methods that learn their own cost, e.g. ACM's gates),
+and Δ against the dense base the methods start from (the leaderboard's default dense rows, every seed the
+point has; paired over test examples; **above** / **below** when the CI excludes 0 and every seed agrees,
+**inconclusive** otherwise; the claims' rule, :func:`bench.report_claims.seed_check`).  Each doubling of
+the budget (N → 2N) has its gain with a paired CI, judged against the task's ``BASE_TARGET.doubling_gain``,
+the yardstick the dense base's own budget is calibrated with: **met** (saturated) when the whole CI is
+below it, **missed** (still gaining) when it is wholly above it, inconclusive otherwise.  The gain is in
+quality at each budget's own cost: a budget that also lowers the cost is not credited for that here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench import results, stats
+from bench.report import markdown_table, md_escape
+from bench.report_claims import FAILS, HOLDS, seed_check, verdict
+from bench.report_curves import (CURVES_DIR, UNSURE, Curve, Point, _config_defaults, _fmt, base_target, load_curves,
+                                 points, step_gains)
+
+ABOVE, BELOW = "above", "below"
+
+
+def method_budget(budget: str) -> int | None:
+    """The method budget of a row's ``train_budget`` ("... on top of the dense base model (method budget
+    2345 steps)"), None for a row without one (a dense base, a method trained from scratch)."""
+    match = re.search(r"method budget (\d+) steps", str(budget))
+    return int(match.group(1)) if match else None
+
+
+def _setting(config: dict, method: str, task: str) -> dict[str, str]:
+    """What decides a method row beside ``method_steps``: the method's section, the task's section (a key
+    the row lacks read at its default, as the curves page does) and the run keys that change results."""
+    stored = {**_config_defaults(task), **(config.get(task) or {})}
+    section = {f"{task}.{k}": str(v) for k, v in stored.items() if k != "method_steps"}
+    own = {f"{method}.{k}": str(v) for k, v in (config.get(method) or {}).items()}
+    run = {k: str(config.get(k, d)) for k, d in {**results.IMPLICIT_DEFAULTS, "eval_limit": 0}.items()}
+    return {**section, **own, **run}
+
+
+@dataclass
+class BudgetCurve:
+    curve: Curve  # ``steps`` = the method budget; ``default_steps`` = the task's method_steps default
+    method: str
+    knob: str  # "<knob_name>=<knob_value>"
+    cost_pct: dict[int, float]  # method budget -> mean cost, % of the dense MACs
+    base: pd.DataFrame  # the dense base rows (the leaderboard's default configuration), one per seed
+
+
+def _config(row: dict) -> dict:
+    import yaml
+
+    path = Path(row["row_file"])
+    config_path = path.with_name(path.name[:-len(".csv")] + ".config.yaml")
+    return (yaml.safe_load(config_path.read_text()) or {}) if config_path.exists() else {}
+
+
+def load_budget_curves(results_dir: Path | str) -> list[BudgetCurve]:
+    """The method-budget curves: method rows under ``<results_dir>/curves`` grouped by (task, dataset,
+    method, knob value, setting), with the leaderboard's rows of the same setting at the default budget;
+    only today's protocol.  A curve needs a row under ``curves`` (the leaderboard alone draws none)."""
+    from bench.report import latest_rows, protocol_versions
+
+    curve_rows = results.load(Path(results_dir) / CURVES_DIR)
+    if curve_rows.empty:
+        return []
+    curve_rows = curve_rows[(curve_rows["method"] != "dense")
+                            & (protocol_versions(curve_rows) == results.PROTOCOL_VERSION)]
+    curve_rows = curve_rows.assign(method_steps=curve_rows["train_budget"].map(method_budget))
+    curve_rows = curve_rows[curve_rows["method_steps"].notna()]
+    if curve_rows.empty:
+        return []
+    wanted = set(zip(curve_rows["task"], curve_rows["dataset"], curve_rows["method"]))
+    board = results.load(results_dir)
+    board = board[pd.Series([k in wanted for k in zip(board["task"], board["dataset"], board["method"])],
+                            index=board.index, dtype=bool)]
+    board = board[protocol_versions(board) == results.PROTOCOL_VERSION] if not board.empty else board
+    board = board.assign(method_steps=board["train_budget"].map(method_budget)) if not board.empty else board
+    frame = pd.concat([curve_rows.assign(on_curve=True), board.assign(on_curve=False)], ignore_index=True)
+    frame = frame[frame["method_steps"].notna()].reset_index(drop=True)
+    frame["setting_key"] = [results.stable_hash(_setting(_config(row), str(row["method"]), str(row["task"])))
+                            for row in frame.to_dict("records")]
+    frame["steps"] = frame["method_steps"].astype(int)
+    frame = latest_rows(frame)
+    frame = frame.sort_values("timestamp", kind="stable").drop_duplicates(
+        ["task", "dataset", "method", "knob_value", "setting_key", "steps", "seed"], keep="last")
+    bases = {(c.task, c.dataset): c for c in load_curves(results_dir) if c.is_default}
+    out = []
+    for (task, dataset, method, knob_value, key), rows in frame.groupby(
+            ["task", "dataset", "method", "knob_value", "setting_key"], sort=True):
+        if not rows["on_curve"].any():
+            continue  # leaderboard rows only: no curve
+        rows = rows.reset_index(drop=True)
+        first = rows.iloc[0]
+        default_budget = _config_defaults(str(task)).get("method_steps")
+        curve = Curve(task=str(task), dataset=str(dataset), metric=str(first["metric"]),
+                      higher_is_better=bool(first["higher_is_better"]), setting="", rows=rows,
+                      default_steps=None if default_budget is None else int(default_budget), setting_key=str(key))
+        curve.unc = stats.rows_uncertainty(rows, results_dir)
+        dense = bases.get((str(task), str(dataset)))
+        base = (dense.rows[dense.rows["steps"] == dense.default_steps] if dense is not None
+                else pd.DataFrame(columns=["seed", "quality", "row_key"]))
+        cost = {int(n): float(g["cost_pct_dense"].mean()) for n, g in rows.groupby("steps")}
+        out.append(BudgetCurve(curve, str(method), f"{first['knob_name']}={knob_value}", cost, base))
+    return out
+
+
+@dataclass
+class AgainstBase:
+    steps: int
+    delta: float  # mean over paired seeds of method − dense base, the metric's direction applied
+    low: float
+    high: float
+    verdict: str  # above / below the base, or inconclusive
+    seed_deltas: dict[int, float]
+
+
+def against_base(budget: BudgetCurve, results_dir: Path | str) -> list[AgainstBase]:
+    """Δ = method − dense base at each method budget, over the seeds both have, with one paired bootstrap
+    over the test examples of those rows; above / below by the claims' rule (the CI excludes 0 and no
+    seed contradicts it), inconclusive otherwise."""
+    curve, out = budget.curve, []
+    base = budget.base.set_index("seed") if not budget.base.empty else None
+    if base is None:
+        return out
+    for n in curve.steps:
+        at = curve.rows[curve.rows["steps"] == n].set_index("seed")
+        seeds = sorted(set(at.index) & set(base.index))
+        if not seeds:
+            continue
+        both = pd.concat([at.loc[seeds].reset_index(), base.loc[seeds].reset_index()], ignore_index=True)
+        unc = stats.rows_uncertainty(both, results_dir)
+        keys = [[frame.loc[s, "row_key"] for s in seeds] for frame in (at, base)]
+        a, b = unc.mean_draws(keys[0]), unc.mean_draws(keys[1])
+        same_set = a is not None and b is not None and unc.test_set[keys[0][0]] == unc.test_set[keys[1][0]]
+        low, high = stats.interval(curve.sign() * (a - b)) if same_set else (math.nan, math.nan)
+        per_seed = {int(s): curve.sign() * (float(at.loc[s, "quality"]) - float(base.loc[s, "quality"]))
+                    for s in seeds}
+        result, _ = seed_check(verdict(low, high, 0.0), per_seed, 0.0)
+        out.append(AgainstBase(int(n), float(np.mean(list(per_seed.values()))), low, high,
+                               {HOLDS: ABOVE, FAILS: BELOW}.get(result, UNSURE), per_seed))
+    return out
+
+
+def _signed(value: float, metric: str) -> str:
+    return "n/a" if not math.isfinite(value) else (f"{value:+.2f}" if metric == "bleu" else f"{value:+.4f}")
+
+
+def _slug(budget: BudgetCurve) -> str:
+    c = budget.curve
+    return f"budget_{c.task}_{budget.method}_{results.stable_hash([c.dataset, budget.knob, c.setting_key], 8)}"
+
+
+def plot_budget(budget: BudgetCurve, pts: list[Point], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bench.figures import save_figure
+
+    curve = budget.curve
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    x = [p.steps for p in pts]
+    err = np.array([[p.quality - p.low if math.isfinite(p.low) else 0.0 for p in pts],
+                    [p.high - p.quality if math.isfinite(p.high) else 0.0 for p in pts]])
+    ax.errorbar(x, [p.quality for p in pts], yerr=err, marker="o", color="#2ca02c", capsize=3,
+                label=f"{budget.method} {budget.knob}: seed mean, 95% CI")
+    for p in pts:
+        ax.annotate(f"{budget.cost_pct[p.steps]:.0f}% of dense", (p.steps, p.quality), textcoords="offset points",
+                    xytext=(4, -12), fontsize=7)
+    if curve.default_steps in x:
+        i = x.index(curve.default_steps)
+        ax.scatter([x[i]], [pts[i].quality], s=140, facecolors="none", edgecolors="black", zorder=3,
+                   label=f"default method budget ({curve.default_steps} steps)")
+    if not budget.base.empty:
+        seeds = sorted({s for p in pts for s in p.seeds} & set(budget.base["seed"]))
+        level = float(budget.base.set_index("seed").loc[seeds, "quality"].mean()) if seeds else math.nan
+        if math.isfinite(level):
+            ax.axhline(level, color="black", linestyle="--", linewidth=1,
+                       label=f"dense base (seed{'s' if len(seeds) > 1 else ''} {', '.join(str(s) for s in seeds)})")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(x)
+    ax.set_xticklabels([str(s) for s in x], rotation=30)
+    ax.minorticks_off()
+    ax.set_xlabel("method budget: steps on top of the dense base (log scale)")
+    ax.set_ylabel(f"{curve.metric} {'↑' if curve.higher_is_better else '↓'}")
+    ax.set_title(f"{curve.task}: {budget.method} ({budget.knob}) against its method budget", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    save_figure(fig, path)
+    plt.close(fig)
+    return path
+
+
+def section(results_dir: Path | str, reports_dir: Path | str) -> tuple[list[str], list[str]]:
+    """The page section's lines and the figures written ([], [] without method-budget curves)."""
+    budgets = load_budget_curves(results_dir)
+    if not budgets:
+        return [], []
+    lines = ["## Method budgets", "",
+             "A method's quality against its method budget (the task's `method_steps`, the steps every method "
+             "gets on top of the dense base under the core's protocol), with the leaderboard's row as the "
+             "default budget's point. Δ against the dense base: method − base over the seeds both have, "
+             "paired over test examples (**above** / **below** when the 95% CI excludes 0 and no seed "
+             "disagrees). A doubling's gain is judged against the task's doubling yardstick for the dense "
+             "base: **met** (saturated) when the whole CI is below it, **missed** (still gaining) when it is "
+             "wholly above it. The cost moves with the budget for methods that learn their cost.", ""]
+    figures = []
+    Path(reports_dir).mkdir(parents=True, exist_ok=True)
+    for budget in budgets:
+        curve = budget.curve
+        target = base_target(curve.task)
+        threshold = None if target is None else target.doubling_gain
+        pts, base = points(curve), against_base(budget, results_dir)
+        gains = step_gains(curve, threshold)
+        slug = _slug(budget)
+        figures.append(str(plot_budget(budget, pts, Path(reports_dir) / f"curves_{slug}.png")))
+        by_steps = {b.steps: b for b in base}
+        metric = curve.metric
+        table = []
+        for p in pts:
+            b = by_steps.get(p.steps)
+            table.append([str(p.steps) + (" (default)" if p.steps == curve.default_steps else ""),
+                          f"{budget.cost_pct[p.steps]:.1f}",
+                          f"{_fmt(p.quality, metric)} [{_fmt(p.low, metric)}, {_fmt(p.high, metric)}]",
+                          ", ".join(f"s{s}: {_fmt(v, metric)}" for s, v in zip(p.seeds, p.seed_values)),
+                          f"{_signed(b.delta, metric)} [{_signed(b.low, metric)}, {_signed(b.high, metric)}] "
+                          f"{b.verdict}" if b else "n/a (no base seed)"])
+        lines += [f"### {md_escape(curve.task)}: {md_escape(budget.method)} ({md_escape(budget.knob)})", "",
+                  f"Dataset: {md_escape(curve.dataset)}.", "",
+                  f"![{curve.task} {budget.method} method budget](curves_{slug}.png)", "",
+                  markdown_table(["method budget (steps)", "cost (% of dense)", f"{metric} [95% CI]", "per seed",
+                                  "Δ vs dense base [95% CI]"], table), ""]
+        if gains:
+            rows = [[f"{d.steps} → {d.to_steps}",
+                     f"{_fmt(d.gain, metric)} [{_fmt(d.low, metric)}, {_fmt(d.high, metric)}]",
+                     ", ".join(f"s{s}: {_fmt(g, metric)}" for s, g in d.seed_gains.items())]
+                    + ([f"< {threshold:g}" if d.is_doubling else "— (not a doubling)", d.verdict or "—"]
+                       if threshold is not None else [])
+                    for d in gains]
+            header = ["method budget", "gain Δ [95% CI]", "per seed"] + (
+                ["yardstick", "verdict"] if threshold is not None else [])
+            lines += ["Gain from a larger method budget (paired over test examples):", "",
+                      markdown_table(header, rows), ""]
+    return lines, figures
