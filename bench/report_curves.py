@@ -36,7 +36,8 @@ Only rows made under today's training protocol count.  Rows of one curve are one
 latest: a re-evaluation of the same model (another ``threads``, ``timing``) and a re-training of the same
 point (a calibration row and the leaderboard's base of the same seed) both keep the latest row's quality.
 A doubling gain pairs the seeds that have rows at both N and 2N, on one test set, and lists each seed's
-own gain beside the mean.  Only the default configuration's curve (every
+own gain beside the mean; a seed whose own gain reaches the target's makes "met" inconclusive (the
+claims' seed rule).  Only the default configuration's curve (every
 key at the task's default but ``train_steps``) is judged against the target.  The default budget (the
 task's ``train_steps`` default in its config dataclass) is marked on each curve.  A key added to the task
 after a row was made is read as its default (options are added with the earlier behaviour as default).
@@ -167,6 +168,10 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
     curve_rows = results.load(Path(results_dir) / CURVES_DIR).assign(leaderboard=False)
     if curve_rows.empty:
         return []
+    # a method's rows under curves are method-budget curves (bench/report_method_budget.py), not these
+    curve_rows = curve_rows[curve_rows["method"] == "dense"]
+    if curve_rows.empty:
+        return []
     board = results.load(results_dir)
     curve_sets = set(zip(curve_rows["task"], curve_rows["dataset"]))  # only where a curve exists, on its data
     board = board[pd.Series([pair in curve_sets for pair in zip(board["task"], board["dataset"])],
@@ -269,7 +274,9 @@ class Doubling:
 def _gain(curve: Curve, n: int, m: int, threshold: float | None) -> Doubling | None:
     """Δ = quality(m) − quality(n) (metric direction applied): the mean over the seeds with rows at both,
     with the paired bootstrap CI of the difference of seed means (both on one test set; otherwise no CI
-    and the verdict is inconclusive), and each seed's own gain."""
+    and the verdict is inconclusive), and each seed's own gain.  A doubling is judged against
+    ``threshold`` by the claims' rule: met when the whole CI is below it and no seed's own gain reaches it
+    (a seed that does makes it inconclusive, "seeds disagree")."""
     at = {steps: curve.rows[curve.rows["steps"] == steps].set_index("seed") for steps in (n, m)}
     seeds = sorted(set(at[n].index) & set(at[m].index))
     if not seeds:
@@ -281,8 +288,11 @@ def _gain(curve: Curve, n: int, m: int, threshold: float | None) -> Doubling | N
     a, b = curve.unc.mean_draws(hi_keys), curve.unc.mean_draws(lo_keys)
     same_set = a is not None and b is not None and curve.unc.test_set[hi_keys[0]] == curve.unc.test_set[lo_keys[0]]
     low, high = stats.interval(curve.sign() * (a - b)) if same_set else (math.nan, math.nan)
-    verdict = below(low, high, threshold) if threshold is not None and m == 2 * n else ""
-    return Doubling(n, float(np.mean(list(per_seed.values()))), low, high, verdict, per_seed, m)
+    judged = ""
+    if threshold is not None and m == 2 * n:  # below the threshold: the claims' verdict and seed rule on −Δ
+        result, why = seed_check(verdict(-high, -low, -threshold), {s: -g for s, g in per_seed.items()}, -threshold)
+        judged = AS_TARGET.get(result, UNSURE) + (f" ({why})" if why else "")
+    return Doubling(n, float(np.mean(list(per_seed.values()))), low, high, judged, per_seed, m)
 
 
 def doublings(curve: Curve, threshold: float | None) -> list[Doubling]:
@@ -549,7 +559,9 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
              f"leaderboard's dense base rows of each task's default configuration (`{results_dir}/<task>/dense`, "
              "today's training protocol), the models every method starts from. Re-create a "
              "point with the row's `command`; e.g. `python -m bench run method=dense task=imagenet "
-             "imagenet.train_steps=37520 results_dir=results/curves timing=false threads=2`.", "",
+             "imagenet.train_steps=37520 results_dir=results/curves timing=false threads=2`. Method rows under "
+             f"`{results_dir}/{CURVES_DIR}/` (other `<task>.method_steps`) are the method-budget curves at the "
+             "end of the page.", "",
              f"Uncertainty: bootstrap over test examples ({stats.N_RESAMPLES} resamples, percentile, paired "
              "within a curve; `scipy.stats.bootstrap`) of the seed mean; it covers the test set, not the seed. "
              "A target is **met** when the whole 95% CI is on its side, **missed** when the whole CI is on the "

@@ -12,13 +12,17 @@ writes the "Method budgets" section of ``reports/curves.md`` and one figure per 
 Per curve (task, dataset, method, knob value and every other config key fixed; only ``method_steps``
 varies), per method budget: the seed mean quality with its bootstrap 95% CI over test examples, the mean
 cost (% of dense MACs: it moves with training for methods that learn their own cost, e.g. ACM's gates),
-and Δ against the dense base the methods start from (the leaderboard's default dense rows, every seed the
-point has; paired over test examples; **above** / **below** when the CI excludes 0 and every seed agrees,
-**inconclusive** otherwise; the claims' rule, :func:`bench.report_claims.seed_check`).  Each doubling of
-the budget (N → 2N) has its gain with a paired CI, judged against the task's ``BASE_TARGET.doubling_gain``,
-the yardstick the dense base's own budget is calibrated with: **met** (saturated) when the whole CI is
-below it, **missed** (still gaining) when it is wholly above it, inconclusive otherwise.  The gain is in
+and Δ against the dense base the points start from (dense rows, leaderboard or curves, of today's protocol
+whose task config, but ``method_steps``, and result-changing run keys are the method rows'; the seeds both
+have; paired over test examples; **above** / **below** when the CI excludes 0 and no seed's own Δ
+contradicts it, **inconclusive** otherwise: the claims' rule, :func:`bench.report_claims.seed_check`).
+Each doubling of the budget (N → 2N) has its gain with a paired CI, judged against the task's
+``BASE_TARGET.doubling_gain``, the yardstick the dense base's own budget is calibrated with, by the same
+rule (:func:`bench.report_curves._gain`): **met** (saturated) when the whole CI is below it and no seed
+reaches it, **missed** (still gaining) when it is wholly above it, inconclusive otherwise.  The gain is in
 quality at each budget's own cost: a budget that also lowers the cost is not credited for that here.
+The paired CIs are bootstraps over test examples for every metric (sacreBLEU's paired test, which the
+claims add for BLEU, is not run here).
 """
 
 from __future__ import annotations
@@ -34,8 +38,8 @@ import pandas as pd
 from bench import results, stats
 from bench.report import markdown_table, md_escape
 from bench.report_claims import FAILS, HOLDS, seed_check, verdict
-from bench.report_curves import (CURVES_DIR, UNSURE, Curve, Point, _config_defaults, _fmt, base_target, load_curves,
-                                 points, step_gains)
+from bench.report_curves import (CURVES_DIR, UNSURE, Curve, Point, _config_defaults, _fmt, base_target, points,
+                                 step_gains)
 
 ABOVE, BELOW = "above", "below"
 
@@ -47,14 +51,37 @@ def method_budget(budget: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _setting(config: dict, method: str, task: str) -> dict[str, str]:
-    """What decides a method row beside ``method_steps``: the method's section, the task's section (a key
-    the row lacks read at its default, as the curves page does) and the run keys that change results."""
+def _task_section(config: dict, task: str) -> dict[str, str]:
+    """The row's task section, a key the row lacks read at its default (options are added with the earlier
+    behaviour as default; the curves page reads rows so)."""
     stored = {**_config_defaults(task), **(config.get(task) or {})}
-    section = {f"{task}.{k}": str(v) for k, v in stored.items() if k != "method_steps"}
+    return {f"{task}.{k}": str(v) for k, v in stored.items()}
+
+
+def _run_keys(config: dict) -> dict[str, str]:
+    """The run-level keys that change a row's numbers (threads, paths and timing change none)."""
+    return {k: str(config.get(k, d)) for k, d in {**results.IMPLICIT_DEFAULTS, "eval_limit": 0}.items()}
+
+
+def _setting(config: dict, method: str, task: str) -> dict[str, str]:
+    """What decides a method row beside ``method_steps``: the method's section, the task's section
+    (``train_steps`` included: the base the method starts from) and the run keys that change results."""
+    section = {k: v for k, v in _task_section(config, task).items() if k != f"{task}.method_steps"}
     own = {f"{method}.{k}": str(v) for k, v in (config.get(method) or {}).items()}
-    run = {k: str(config.get(k, d)) for k, d in {**results.IMPLICIT_DEFAULTS, "eval_limit": 0}.items()}
-    return {**section, **own, **run}
+    return {**section, **own, **_run_keys(config)}
+
+
+def _base_setting(config: dict, task: str) -> dict[str, str]:
+    """The dense base a method row starts from, as a dense row's setting: the method row's task section
+    (``method_steps`` is not the base's), the full-size dense model, the same run keys."""
+    section = {k: v for k, v in _task_section(config, task).items() if k != f"{task}.method_steps"}
+    return {**section, "dense.width": "1.0", "dense.depth": "1.0", **_run_keys(config)}
+
+
+def _dense_setting(config: dict, task: str) -> dict[str, str]:
+    section = {k: v for k, v in _task_section(config, task).items() if k != f"{task}.method_steps"}
+    size = {f"dense.{k}": str(float(v)) for k, v in (config.get("dense") or {}).items() if k in ("width", "depth")}
+    return {**section, "dense.width": "1.0", "dense.depth": "1.0", **size, **_run_keys(config)}
 
 
 @dataclass
@@ -63,7 +90,7 @@ class BudgetCurve:
     method: str
     knob: str  # "<knob_name>=<knob_value>"
     cost_pct: dict[int, float]  # method budget -> mean cost, % of the dense MACs
-    base: pd.DataFrame  # the dense base rows (the leaderboard's default configuration), one per seed
+    base: pd.DataFrame  # the dense base the points start from (same task config and run keys), one row per seed
 
 
 def _config(row: dict) -> dict:
@@ -74,36 +101,58 @@ def _config(row: dict) -> dict:
     return (yaml.safe_load(config_path.read_text()) or {}) if config_path.exists() else {}
 
 
+def _today(rows: pd.DataFrame) -> pd.DataFrame:
+    from bench.report import protocol_versions
+
+    return rows[protocol_versions(rows) == results.PROTOCOL_VERSION] if not rows.empty else rows
+
+
+def _latest_per_seed(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One row per ``keys`` and seed, the latest (a re-run replaces an earlier one), with ``row_key``."""
+    from bench.report import latest_rows
+
+    rows = latest_rows(rows.reset_index(drop=True))
+    return rows.sort_values("timestamp", kind="stable").drop_duplicates([*keys, "seed"], keep="last")
+
+
 def load_budget_curves(results_dir: Path | str) -> list[BudgetCurve]:
     """The method-budget curves: method rows under ``<results_dir>/curves`` grouped by (task, dataset,
-    method, knob value, setting), with the leaderboard's rows of the same setting at the default budget;
-    only today's protocol.  A curve needs a row under ``curves`` (the leaderboard alone draws none)."""
-    from bench.report import latest_rows, protocol_versions
-
-    curve_rows = results.load(Path(results_dir) / CURVES_DIR)
-    if curve_rows.empty:
+    method, knob value, setting), with the leaderboard's rows of the same setting at other budgets (the
+    default's); each with the dense base it starts from (dense rows, leaderboard or curves, whose task
+    config, but ``method_steps``, and run keys are the method rows'); only today's protocol.  A curve
+    needs a row under ``curves`` (the leaderboard alone draws none)."""
+    all_curves = results.load(Path(results_dir) / CURVES_DIR)
+    if all_curves.empty:
         return []
-    curve_rows = curve_rows[(curve_rows["method"] != "dense")
-                            & (protocol_versions(curve_rows) == results.PROTOCOL_VERSION)]
+    curve_rows = _today(all_curves[all_curves["method"] != "dense"])
     curve_rows = curve_rows.assign(method_steps=curve_rows["train_budget"].map(method_budget))
     curve_rows = curve_rows[curve_rows["method_steps"].notna()]
     if curve_rows.empty:
         return []
+    board = _today(results.load(results_dir))
     wanted = set(zip(curve_rows["task"], curve_rows["dataset"], curve_rows["method"]))
-    board = results.load(results_dir)
-    board = board[pd.Series([k in wanted for k in zip(board["task"], board["dataset"], board["method"])],
-                            index=board.index, dtype=bool)]
-    board = board[protocol_versions(board) == results.PROTOCOL_VERSION] if not board.empty else board
-    board = board.assign(method_steps=board["train_budget"].map(method_budget)) if not board.empty else board
-    frame = pd.concat([curve_rows.assign(on_curve=True), board.assign(on_curve=False)], ignore_index=True)
+    on_board = board[pd.Series([k in wanted for k in zip(board["task"], board["dataset"], board["method"])],
+                               index=board.index, dtype=bool)] if not board.empty else board
+    on_board = on_board.assign(method_steps=on_board["train_budget"].map(method_budget))
+    frame = pd.concat([curve_rows.assign(on_curve=True), on_board.assign(on_curve=False)], ignore_index=True)
     frame = frame[frame["method_steps"].notna()].reset_index(drop=True)
-    frame["setting_key"] = [results.stable_hash(_setting(_config(row), str(row["method"]), str(row["task"])))
-                            for row in frame.to_dict("records")]
+    configs = [_config(row) for row in frame.to_dict("records")]
+    frame["setting_key"] = [results.stable_hash(_setting(c, str(m), str(t)))
+                            for c, m, t in zip(configs, frame["method"], frame["task"])]
+    frame["base_key"] = [results.stable_hash(_base_setting(c, str(t))) for c, t in zip(configs, frame["task"])]
     frame["steps"] = frame["method_steps"].astype(int)
-    frame = latest_rows(frame)
-    frame = frame.sort_values("timestamp", kind="stable").drop_duplicates(
-        ["task", "dataset", "method", "knob_value", "setting_key", "steps", "seed"], keep="last")
-    bases = {(c.task, c.dataset): c for c in load_curves(results_dir) if c.is_default}
+    frame = _latest_per_seed(frame, ["task", "dataset", "method", "knob_value", "setting_key", "steps"])
+
+    tasks = set(zip(frame["task"], frame["dataset"]))
+    dense = _today(pd.concat([all_curves[all_curves["method"] == "dense"],
+                              board[board["method"] == "dense"] if not board.empty else board], ignore_index=True))
+    dense = dense[pd.Series([k in tasks for k in zip(dense["task"], dense["dataset"])], index=dense.index,
+                            dtype=bool)] if not dense.empty else dense
+    if not dense.empty:
+        dense = dense.assign(base_key=[results.stable_hash(_dense_setting(_config(row), str(row["task"])))
+                                       for row in dense.to_dict("records")])
+        dense = _latest_per_seed(dense, ["task", "dataset", "base_key"])
+
     out = []
     for (task, dataset, method, knob_value, key), rows in frame.groupby(
             ["task", "dataset", "method", "knob_value", "setting_key"], sort=True):
@@ -116,11 +165,11 @@ def load_budget_curves(results_dir: Path | str) -> list[BudgetCurve]:
                       higher_is_better=bool(first["higher_is_better"]), setting="", rows=rows,
                       default_steps=None if default_budget is None else int(default_budget), setting_key=str(key))
         curve.unc = stats.rows_uncertainty(rows, results_dir)
-        dense = bases.get((str(task), str(dataset)))
-        base = (dense.rows[dense.rows["steps"] == dense.default_steps] if dense is not None
-                else pd.DataFrame(columns=["seed", "quality", "row_key"]))
+        base = (dense[(dense["task"] == task) & (dense["dataset"] == dataset) & (dense["base_key"] == first["base_key"])]
+                if not dense.empty else pd.DataFrame(columns=["seed", "quality", "row_key"]))
         cost = {int(n): float(g["cost_pct_dense"].mean()) for n, g in rows.groupby("steps")}
-        out.append(BudgetCurve(curve, str(method), f"{first['knob_name']}={knob_value}", cost, base))
+        out.append(BudgetCurve(curve, str(method), f"{first['knob_name']}={knob_value}", cost,
+                               base.reset_index(drop=True)))
     return out
 
 
@@ -155,9 +204,13 @@ def against_base(budget: BudgetCurve, results_dir: Path | str) -> list[AgainstBa
         low, high = stats.interval(curve.sign() * (a - b)) if same_set else (math.nan, math.nan)
         per_seed = {int(s): curve.sign() * (float(at.loc[s, "quality"]) - float(base.loc[s, "quality"]))
                     for s in seeds}
-        result, _ = seed_check(verdict(low, high, 0.0), per_seed, 0.0)
+        result, why = seed_check(verdict(low, high, 0.0), per_seed, 0.0)
+        if not same_set:  # a row without a usable per-sample file, or two test sets: no paired CI
+            notes = sorted({unc.notes[k] for k in keys[0] + keys[1] if k in unc.notes})
+            why = "no paired CI" + (f": {'; '.join(notes)}" if notes else ": different test sets")
+        word = {HOLDS: ABOVE, FAILS: BELOW}.get(result, UNSURE)
         out.append(AgainstBase(int(n), float(np.mean(list(per_seed.values()))), low, high,
-                               {HOLDS: ABOVE, FAILS: BELOW}.get(result, UNSURE), per_seed))
+                               word + (f" ({why})" if why else ""), per_seed))
     return out
 
 
@@ -186,6 +239,8 @@ def plot_budget(budget: BudgetCurve, pts: list[Point], path: Path) -> Path:
     ax.errorbar(x, [p.quality for p in pts], yerr=err, marker="o", color="#2ca02c", capsize=3,
                 label=f"{budget.method} {budget.knob}: seed mean, 95% CI")
     for p in pts:
+        if len(p.seed_values) > 1:
+            ax.scatter([p.steps] * len(p.seed_values), p.seed_values, s=10, color="#2ca02c", alpha=0.4, zorder=1)
         ax.annotate(f"{budget.cost_pct[p.steps]:.0f}% of dense", (p.steps, p.quality), textcoords="offset points",
                     xytext=(4, -12), fontsize=7)
     if curve.default_steps in x:
@@ -223,8 +278,12 @@ def section(results_dir: Path | str, reports_dir: Path | str) -> tuple[list[str]
              "default budget's point. Δ against the dense base: method − base over the seeds both have, "
              "paired over test examples (**above** / **below** when the 95% CI excludes 0 and no seed "
              "disagrees). A doubling's gain is judged against the task's doubling yardstick for the dense "
-             "base: **met** (saturated) when the whole CI is below it, **missed** (still gaining) when it is "
-             "wholly above it. The cost moves with the budget for methods that learn their cost.", ""]
+             "base: **met** (saturated) when the whole CI is below it and no seed's own gain reaches it, "
+             "**missed** (still gaining) when it is wholly above it. A gain is in quality alone, each budget at its own cost: the cost moves with the "
+             "budget for methods that learn it (e.g. ACM's gates), and a budget that also lowers the cost gets no "
+             "credit for that here. Points with different seeds are means over different seeds (the per-seed "
+             "columns say which). The dense base is the one the points start from: the dense rows (leaderboard "
+             "or curves) of the same task configuration, but `method_steps`.", ""]
     figures = []
     Path(reports_dir).mkdir(parents=True, exist_ok=True)
     for budget in budgets:
@@ -237,7 +296,11 @@ def section(results_dir: Path | str, reports_dir: Path | str) -> tuple[list[str]
         figures.append(str(plot_budget(budget, pts, Path(reports_dir) / f"curves_{slug}.png")))
         by_steps = {b.steps: b for b in base}
         metric = curve.metric
+        no_base = ("n/a: no dense base of this configuration" if budget.base.empty
+                   else "n/a: no seed of the dense base")
         table = []
+        if curve.default_steps is not None and curve.default_steps not in curve.steps:
+            table.append([f"{curve.default_steps} (default)", "—", "not run under today's protocol", "—", "—", "—"])
         for p in pts:
             b = by_steps.get(p.steps)
             table.append([str(p.steps) + (" (default)" if p.steps == curve.default_steps else ""),
@@ -245,12 +308,14 @@ def section(results_dir: Path | str, reports_dir: Path | str) -> tuple[list[str]
                           f"{_fmt(p.quality, metric)} [{_fmt(p.low, metric)}, {_fmt(p.high, metric)}]",
                           ", ".join(f"s{s}: {_fmt(v, metric)}" for s, v in zip(p.seeds, p.seed_values)),
                           f"{_signed(b.delta, metric)} [{_signed(b.low, metric)}, {_signed(b.high, metric)}] "
-                          f"{b.verdict}" if b else "n/a (no base seed)"])
+                          f"{b.verdict}" if b else no_base,
+                          ", ".join(f"s{s}: {_signed(d, metric)}" for s, d in sorted(b.seed_deltas.items()))
+                          if b else "—"])
         lines += [f"### {md_escape(curve.task)}: {md_escape(budget.method)} ({md_escape(budget.knob)})", "",
                   f"Dataset: {md_escape(curve.dataset)}.", "",
                   f"![{curve.task} {budget.method} method budget](curves_{slug}.png)", "",
                   markdown_table(["method budget (steps)", "cost (% of dense)", f"{metric} [95% CI]", "per seed",
-                                  "Δ vs dense base [95% CI]"], table), ""]
+                                  "Δ vs dense base [95% CI]", "Δ per seed"], table), ""]
         if gains:
             rows = [[f"{d.steps} → {d.to_steps}",
                      f"{_fmt(d.gain, metric)} [{_fmt(d.low, metric)}, {_fmt(d.high, metric)}]",

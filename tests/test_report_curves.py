@@ -344,3 +344,20 @@ def test_a_leaderboard_of_rows_from_before_the_protocol_column_is_read_as_protoc
     pd.read_csv(old).drop(columns=["protocol"]).to_csv(old, index=False)
     (curve,) = report_curves.load_curves(tmp_path)
     assert list(curve.rows["seed"]) == [0]
+
+
+def test_a_doubling_a_seed_contradicts_is_not_met(tmp_path):
+    """The CI of the mean gain lies below the 0.002 yardstick, but one seed's own gain reaches it: the
+    claims' seed rule makes the verdict inconclusive, not met."""
+    default = report_curves.default_train_steps("imagenet")
+    base = np.arange(N) < 3400
+    up, down = base.copy(), base.copy()
+    up[3400:3410] = True  # seed 0 gains 10 examples (+0.0025)
+    down[:10] = False  # seed 1 loses 10 others (−0.0025)
+    for seed, after in ((0, up), (1, down)):
+        _write(tmp_path, default, 0.0, seed, correct=base)
+        _write(tmp_path, 2 * default, 0.0, seed, correct=after)
+    (curve,) = report_curves.load_curves(tmp_path)
+    (d,) = report_curves.doublings(curve, 0.002)
+    assert d.gain == pytest.approx(0.0) and d.high < 0.002 and d.seed_gains[0] == pytest.approx(0.0025)
+    assert d.verdict == f"{report_curves.UNSURE} (seeds disagree)"
