@@ -24,7 +24,10 @@ CLAIMS = [
                   title="ACM above MoEfication at low budgets (50%, 60%: the lowest both reach)"),
         ),
         note="Quality at a budget is read on each method's hull (Pareto points joined linearly); MoEfication's "
-             "cheapest point costs 46% of the dense model, so lower budgets are not measured for it.",
+             "cheapest point costs 46% of the dense model, so lower budgets are not measured for it. Every "
+             "method gets the task's method budget (imagenet.method_steps) on top of the base; whether ACM's "
+             "distance to the dense base shrinks with a larger one is on the curves page (reports/curves.md, "
+             "Method budgets).",
     ),
     Claim(
         id="acm-commonvoice-moefication",
