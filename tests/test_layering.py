@@ -11,7 +11,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 REPORT_MODULES = ("bench.report", "bench.report_plots")
 # The report itself and the CLI verb that starts it may import it; nothing else in bench/ may.
-REPORT_USERS = {"bench/report.py", "bench/report_plots.py", "bench/report_speed.py", "bench/report_claims.py", "bench/report_curves.py", "bench/report_status.py",
+REPORT_USERS = {"bench/report.py", "bench/report_plots.py", "bench/report_speed.py", "bench/report_claims.py", "bench/report_curves.py",
+                "bench/report_method_budget.py", "bench/report_status.py",
                 "bench/cli.py"}
 
 
