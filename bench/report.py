@@ -27,7 +27,10 @@ import numpy as np
 from bench import results
 
 BUDGETS = (0.25, 0.50, 0.75, 1.00)  # fractions of the dense base model's cost
-DELTA = 0.005  # "reaches dense quality" tolerance, metric units (0.5 percentage point for accuracy)
+# "Reaches dense quality" tolerance δ, in the metric's units: half a point on the metric's own scale, that is
+# 0.005 for rates in [0, 1] (0.5 percentage point of accuracy or WER) and 0.5 for sacreBLEU's 0-100 scale.
+DELTA = 0.005
+DELTA_BY_METRIC = {"bleu": 0.5}
 REFERENCE_COST = 1.5  # hypervolume reference cost, as a fraction of the dense base model's cost
 # Hypervolume reference quality per metric: worse than any real result.  Metrics not listed get
 # 0.0 if higher is better, 1.0 if lower is better (right for rates in [0, 1], such as error or WER).
@@ -158,6 +161,11 @@ def common_range(ranges: list[tuple[float, float]]) -> tuple[float, float] | Non
         return None
     lo, hi = max(r[0] for r in ranges), min(r[1] for r in ranges)
     return (lo, hi) if lo <= hi else None
+
+
+def reach_delta(metric: str) -> float:
+    """δ of "cost to reach dense − δ" for a metric (:data:`DELTA_BY_METRIC`, else :data:`DELTA`)."""
+    return DELTA_BY_METRIC.get(metric.lower(), DELTA)
 
 
 def reference_quality(metric: str, higher_is_better: bool) -> float:
@@ -505,12 +513,15 @@ def hull_draws(cost, quality_draws: np.ndarray, budget: float, higher_is_better:
 # ---------------------------------------------------------------------------------------------
 # Summaries and tables
 # ---------------------------------------------------------------------------------------------
-def summarize(view: TaskView, delta: float = DELTA):
+def summarize(view: TaskView, delta: float | None = None):
     """One line per curve: counts, Pareto flag, quality at budgets, cost to reach dense, AUC, hypervolume.
 
-    Costs are fractions of the dense base model's cost; qualities are in the metric's units.
+    Costs are fractions of the dense base model's cost; qualities are in the metric's units.  ``delta``
+    defaults to the metric's :func:`reach_delta`.
     """
     import pandas as pd
+
+    delta = reach_delta(view.metric) if delta is None else delta
 
     hib, points = view.higher_is_better, view.points
     on_front = pareto_mask(points["frac"], points["quality"], hib)
@@ -574,7 +585,7 @@ def points_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
     return header, table
 
 
-def summary_table(view: TaskView, delta: float = DELTA) -> tuple[list[str], list[list[str]]]:
+def summary_table(view: TaskView, delta: float | None = None) -> tuple[list[str], list[list[str]]]:
     summary = summarize(view, delta)
     header = ["method", "knob", "kind", "#points", "#seeds", "Pareto-optimal"]
     header += [f"{view.metric} @ {b:.0%} dense" for b in BUDGETS]
@@ -677,7 +688,8 @@ def protocol_versions(rows):
     return protocol.map(results.protocol_version).astype(int)
 
 
-def _section_notes(view: TaskView, delta: float) -> list[str]:
+def _section_notes(view: TaskView, delta: float | None = None) -> list[str]:
+    delta = reach_delta(view.metric) if delta is None else delta
     unit, scale = macs_unit(view.macs_dense)
     arrow = "↑" if view.higher_is_better else "↓"
     notes = [f"Dataset: **{md_escape(view.dataset)}**. Metric: {view.metric} {arrow}. "
@@ -696,7 +708,7 @@ def _section_notes(view: TaskView, delta: float) -> list[str]:
     return notes
 
 
-def _header(results_dir: str, n_rows: int, delta: float) -> list[str]:
+def _header(results_dir: str, n_rows: int, delta: float | None = None) -> list[str]:
     from bench import stats
 
     refs = ", ".join(f"{k}: {v:g}" for k, v in REFERENCE_POINTS.items())
@@ -710,8 +722,11 @@ def _header(results_dir: str, n_rows: int, delta: float) -> list[str]:
         "Cost = mean MACs per sample (GMACs = the vision papers' \"GFLOPs\"); % = of the task's dense base model.",
         "Points = seed means per knob value. Quality at 25/50/75/100% of dense cost is interpolated on each "
         "method's upper hull (Pareto points joined linearly, continued flat to its costliest point), never "
-        f"extrapolated ({NA} = outside the measured range). Cost to reach dense quality uses δ = {delta:g} "
-        "(metric units; 0.5 pp for accuracy).",
+        f"extrapolated ({NA} = outside the measured range). " + (
+            f"Cost to reach dense quality uses δ = {delta:g} (metric units)." if delta is not None else
+            "Cost to reach dense quality uses δ = half a point on the metric's scale (each task's section "
+            f"gives it): {DELTA:g} for rates in [0, 1] (0.5 pp of accuracy or WER), "
+            + ", ".join(f"{v:g} for {k}" for k, v in DELTA_BY_METRIC.items()) + " (0-100 scale)."),
         f"Hypervolume: cost as a fraction of dense cost, reference point = ({REFERENCE_COST:g} × dense cost, "
         f"reference quality per metric: {refs}; other metrics 0 if ↑, 1 if ↓).",
         "Pareto-optimal: yes (k/n) = k of the method's n points are on the task's overall front.",
@@ -721,7 +736,7 @@ def _header(results_dir: str, n_rows: int, delta: float) -> list[str]:
 
 
 def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[str, list[str]],
-                      results_dir: str, delta: float = DELTA, claims_summary: list[str] | None = None,
+                      results_dir: str, delta: float | None = None, claims_summary: list[str] | None = None,
                       notes: dict[str, list[str]] | None = None) -> list[str]:
     n_rows = sum(len(v.rows) for v in views)
     md = ["# Leaderboard", ""] + [line + "  " for line in _header(results_dir, n_rows, delta)]

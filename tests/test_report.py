@@ -158,6 +158,25 @@ def test_report_end_to_end(tmp_path):
     assert "0.2000" not in md and all_rows.count("| act | tau=") == 8
 
 
+def test_cost_to_reach_dense_uses_half_a_point_of_the_metrics_scale(tmp_path):
+    """δ is half a point on the metric's scale: 0.005 of a rate, 0.5 BLEU (sacreBLEU's 0-100 scale).  The toy
+    rows rescaled to BLEU reach dense − δ at the same cost as the accuracy rows (78%: the hull from 0.86 at 50%
+    to 0.91 at 90% crosses 0.895); with δ = 0.005 BLEU they would need 82%."""
+    import dataclasses
+
+    assert report.reach_delta("accuracy") == report.reach_delta("WER") == 0.005 and report.reach_delta("bleu") == 0.5
+    _write_results(tmp_path / "accuracy")
+    for csv in sorted((tmp_path / "accuracy").rglob("*.csv")):
+        row = results.ResultRow(**pd.read_csv(csv, dtype={c: str for c in results.TEXT_COLUMNS}).iloc[0]
+                                [[f.name for f in dataclasses.fields(results.ResultRow)]].to_dict())
+        results.append(tmp_path / "bleu", dataclasses.replace(row, metric="bleu", quality=100 * row.quality),
+                       csv.name[:-len(".csv")])
+    report.main(str(tmp_path / "bleu"), str(tmp_path / "reports"))
+    md = (tmp_path / "reports" / "leaderboard.md").read_text()
+    assert _section_line(md, "acm")[10] == "78.0%"
+    assert "bleu = 90.0000; target = dense − δ (δ = 0.5)" in md
+
+
 def test_status_page_counts_points_and_seeds_per_method(tmp_path):
     _write_results(tmp_path / "results")
     written = report.main(str(tmp_path / "results"), str(tmp_path / "reports"))
