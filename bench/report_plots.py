@@ -58,7 +58,10 @@ def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "") -> Pa
             ax.axvline(dense_x, **kw)
         ax.axhline(view.dense["quality"], label=f"dense base ({view.dense['knob_name']}={knob_label(view.dense['knob_value'])})", **kw)
 
-    styles = ["-", "--", ":", "-."]  # several curves of one method (variants) keep its colour, not its line
+    # Several curves of one method (variants) keep its colour, not its line style or marker; the legend shows
+    # both, so that the variants can be told apart there too.
+    styles = ["-", "--", ":", "-."]
+    markers = ["o", "^", "D", "v"]
     seen_per_method: dict[str, int] = {}
     labels = []
     for curve, pts in points.groupby("curve", sort=False):
@@ -67,22 +70,26 @@ def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "") -> Pa
             continue
         method = str(pts["method"].iloc[0])
         color = method_color(method)
-        line = styles[seen_per_method.get(method, 0) % len(styles)]
-        seen_per_method[method] = seen_per_method.get(method, 0) + 1
+        variant = seen_per_method.get(method, 0)
+        line, marker = styles[variant % len(styles)], markers[variant % len(markers)]
+        seen_per_method[method] = variant + 1
         static = str(pts["knob_kind"].iloc[0]) == "static"
+        marker, hull = ("s" if static else marker), not static and len(pts) > 1
         lo = pts["ci_lo"] if "ci_lo" in pts else pd_nan(pts)
         hi = pts["ci_hi"] if "ci_hi" in pts else pd_nan(pts)
         have = np.isfinite(lo.to_numpy(float)) & np.isfinite(hi.to_numpy(float))
         yerr = np.vstack([np.where(have, pts["quality"] - lo, 0.0), np.where(have, hi - pts["quality"], 0.0)])
-        ax.errorbar(pts["x"], pts["quality"], yerr=yerr, color=color, marker="s" if static else "o",
-                    markersize=6 if static else 4, linestyle="none", elinewidth=1.2, capsize=3,
-                    label=f"{curve} ({pts['knob_kind'].iloc[0]})")
+        size = 6 if static else 4
+        ax.errorbar(pts["x"], pts["quality"], yerr=yerr, color=color, marker=marker, markersize=size,
+                    linestyle="none", elinewidth=1.2, capsize=3)
+        ax.plot([], [], color=color, marker=marker, markersize=size, linestyle=line if hull else "none",
+                linewidth=1.5, label=f"{curve} ({pts['knob_kind'].iloc[0]})")  # the legend's entry
         spread = pts["n_seeds"] > 1
         if spread.any():
             ax.scatter(np.tile(pts["x"][spread].to_numpy(), 2),
                        np.concatenate([pts["q_min"][spread].to_numpy(), pts["q_max"][spread].to_numpy()]),
                        marker="_", s=60, color=color, linewidths=1.0, alpha=0.8, zorder=2)
-        if not static and len(pts) > 1:
+        if hull:
             hx, hy = upper_hull(pts["x"], pts["quality"], view.higher_is_better)
             ax.plot(hx, hy, color=color, linestyle=line, linewidth=1.5)
         labels += [(px, py, knob_label(value), color) for px, py, value in zip(pts["x"], pts["quality"],
