@@ -932,11 +932,12 @@ def write_all(results_dir: str, reports_dir: str, echo=print) -> list[str]:
     for view in views:
         stem = stems[(view.task, view.dataset)]
         key = f"{view.task}\0{view.dataset}"
-        paths = [report_plots.plot_task(view, out / f"{stem}_pareto.png", x="cost")]
+        variants = report_plots.variant_numbers(view)  # a curve looks the same in both figures
+        paths = [report_plots.plot_task(view, out / f"{stem}_pareto.png", x="cost", variants=variants)]
         timed = timing_view(view)
         if timed is not None:
             paths.append(report_plots.plot_task(timed[0], out / f"{stem}_latency.png", x="latency",
-                                                note=timed[1]))
+                                                note=timed[1], variants=variants))
             notes[key] = ["", f"Latency figure: {md_escape(timed[1])}."]
         paths += task_figures(view, Path(results_dir), out, stem)
         paths += method_figures(view, Path(results_dir), out, stem)

@@ -33,9 +33,37 @@ def method_color(method: str) -> str:
     return METHOD_COLORS.get(method, _FALLBACK[zlib.crc32(method.encode()) % len(_FALLBACK)])
 
 
-def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "") -> Path:
+# Several curves of one method (variants) keep its colour, not its marker or line style; the legend shows both,
+# so that the variants can be told apart there too.  Eight markers against four line styles: no two of a
+# method's first eight variants look the same.
+LINE_STYLES = ("-", "--", ":", "-.")
+SWEPT_MARKERS = ("o", "^", "D", "v", "P", "X", "<", ">")
+STATIC_MARKERS = ("s", "p", "h", "8")  # static sizes are drawn as points only
+
+
+def variant_numbers(view: TaskView) -> dict[str, int]:
+    """Each curve's number among its method's curves, in the view's order: its marker and line style.  Computed
+    on the cost view and passed to the latency figure, so that a curve keeps its look in both."""
+    numbers: dict[str, int] = {}
+    per_method: dict[str, int] = {}
+    for curve, pts in view.points.groupby("curve", sort=False):
+        method = str(pts["method"].iloc[0])
+        numbers[str(curve)] = per_method.get(method, 0)
+        per_method[method] = numbers[str(curve)] + 1
+    return numbers
+
+
+def variant_style(number: int, static: bool) -> tuple[str, str]:
+    """(marker, line style) of a method's ``number``-th curve."""
+    markers = STATIC_MARKERS if static else SWEPT_MARKERS
+    return markers[number % len(markers)], LINE_STYLES[number % len(LINE_STYLES)]
+
+
+def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "",
+              variants: dict[str, int] | None = None) -> Path:
     """Draw one task's figure with x = "cost" (MACs, plus a top "% of dense cost" axis) or "latency"
-    (batch-1 latency as a ratio to the dense base model timed in the same process)."""
+    (batch-1 latency as a ratio to the dense base model timed in the same process).  ``variants``: each
+    curve's :func:`variant_numbers` (default: this view's)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -58,11 +86,7 @@ def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "") -> Pa
             ax.axvline(dense_x, **kw)
         ax.axhline(view.dense["quality"], label=f"dense base ({view.dense['knob_name']}={knob_label(view.dense['knob_value'])})", **kw)
 
-    # Several curves of one method (variants) keep its colour, not its line style or marker; the legend shows
-    # both, so that the variants can be told apart there too.
-    styles = ["-", "--", ":", "-."]
-    markers = ["o", "^", "D", "v"]
-    seen_per_method: dict[str, int] = {}
+    variants = variant_numbers(view) if variants is None else variants
     labels = []
     for curve, pts in points.groupby("curve", sort=False):
         pts = pts[np.isfinite(pts["x"])].sort_values("x")
@@ -70,11 +94,10 @@ def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "") -> Pa
             continue
         method = str(pts["method"].iloc[0])
         color = method_color(method)
-        variant = seen_per_method.get(method, 0)
-        line, marker = styles[variant % len(styles)], markers[variant % len(markers)]
-        seen_per_method[method] = variant + 1
         static = str(pts["knob_kind"].iloc[0]) == "static"
-        marker, hull = ("s" if static else marker), not static and len(pts) > 1
+        marker, line = variant_style(variants.get(str(curve), 0), static)
+        hx, hy = upper_hull(pts["x"], pts["quality"], view.higher_is_better) if not static else ([], [])
+        hull = len(hx) > 1  # the legend shows a line only where one is drawn
         lo = pts["ci_lo"] if "ci_lo" in pts else pd_nan(pts)
         hi = pts["ci_hi"] if "ci_hi" in pts else pd_nan(pts)
         have = np.isfinite(lo.to_numpy(float)) & np.isfinite(hi.to_numpy(float))
@@ -90,7 +113,6 @@ def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "") -> Pa
                        np.concatenate([pts["q_min"][spread].to_numpy(), pts["q_max"][spread].to_numpy()]),
                        marker="_", s=60, color=color, linewidths=1.0, alpha=0.8, zorder=2)
         if hull:
-            hx, hy = upper_hull(pts["x"], pts["quality"], view.higher_is_better)
             ax.plot(hx, hy, color=color, linestyle=line, linewidth=1.5)
         labels += [(px, py, knob_label(value), color) for px, py, value in zip(pts["x"], pts["quality"],
                                                                                 pts["knob_value"])]

@@ -175,6 +175,7 @@ def test_cost_to_reach_dense_uses_half_a_point_of_the_metrics_scale(tmp_path):
     md = (tmp_path / "reports" / "leaderboard.md").read_text()
     assert _section_line(md, "acm")[10] == "78.0%"
     assert "bleu = 90.0000; target = dense − δ (δ = 0.5)" in md
+    assert "0.005 for rates in [0, 1] (0.5 pp of accuracy or WER), 0.5 for bleu (0-100 scale)" in md  # the header
 
 
 def test_status_page_counts_points_and_seeds_per_method(tmp_path):
@@ -291,3 +292,37 @@ def test_rows_of_two_protocol_versions_never_share_a_curve(tmp_path):
     acm = view.points[view.points["method"] == "acm"]
     assert sorted(acm["curve"]) == ["acm [protocol 1]", "acm [protocol 2]"]
     assert set(view.points.loc[view.points["method"] == "dense", "curve"]) == {"dense"}
+
+
+def test_variants_of_one_method_look_different_in_the_figure_and_its_legend(tmp_path, monkeypatch):
+    """Five variants of one swept method (one of them a single point) and a static curve: every legend entry
+    has its own (marker, line style), a line is shown only where the figure draws one, and a curve keeps its
+    look in the latency figure."""
+    import dataclasses
+
+    from bench import report_plots
+
+    rows = [_row("dense", "static", 1.0, 1.0, 0.90), _row("dense", "static", 0.5, 0.5, 0.80)]
+    for v in range(5):
+        fracs = (0.4,) if v == 4 else (0.3, 0.6)
+        rows += [dataclasses.replace(_row("acm", "train", f, f, 0.7 + 0.1 * f + 0.01 * v), variant=f"beta={v}")
+                 for f in fracs]
+    for i, row in enumerate(rows):
+        results.append(tmp_path / "results", row, f"row{i:02d}")
+    drawn = {}
+    monkeypatch.setattr(report_plots, "save_figure", lambda fig, path: drawn.__setitem__(Path(path).name, fig))
+    report.main(str(tmp_path / "results"), str(tmp_path / "reports"))
+
+    def legend(name):
+        handles, labels = drawn[name].axes[0].get_legend_handles_labels()
+        return {label: (h.get_marker(), h.get_linestyle()) for h, label in zip(handles, labels)
+                if label.startswith("acm")}
+
+    cost = legend("toy_pareto.png")
+    assert len(cost) == 5 and len({marker for marker, _ in cost.values()}) == 5
+    single = next(label for label in cost if "beta=4" in label)
+    assert cost[single][1] == "None" and all(style != "None" for label, (_, style) in cost.items() if label != single)
+    assert legend("toy_latency.png") == cost
+    assert report_plots.variant_style(0, static=True)[0] == "s"
+    looks = {report_plots.variant_style(n, static=False) for n in range(8)}
+    assert len(looks) == 8
