@@ -513,15 +513,15 @@ def hull_draws(cost, quality_draws: np.ndarray, budget: float, higher_is_better:
 # ---------------------------------------------------------------------------------------------
 # Summaries and tables
 # ---------------------------------------------------------------------------------------------
-def summarize(view: TaskView, delta: float | None = None):
+def summarize(view: TaskView):
     """One line per curve: counts, Pareto flag, quality at budgets, cost to reach dense, AUC, hypervolume.
 
-    Costs are fractions of the dense base model's cost; qualities are in the metric's units.  ``delta``
-    defaults to the metric's :func:`reach_delta`.
+    Costs are fractions of the dense base model's cost; qualities are in the metric's units.  "Reaches
+    dense" means within the metric's :func:`reach_delta`.
     """
     import pandas as pd
 
-    delta = reach_delta(view.metric) if delta is None else delta
+    delta = reach_delta(view.metric)
 
     hib, points = view.higher_is_better, view.points
     on_front = pareto_mask(points["frac"], points["quality"], hib)
@@ -585,8 +585,8 @@ def points_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
     return header, table
 
 
-def summary_table(view: TaskView, delta: float | None = None) -> tuple[list[str], list[list[str]]]:
-    summary = summarize(view, delta)
+def summary_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
+    summary = summarize(view)
     header = ["method", "knob", "kind", "#points", "#seeds", "Pareto-optimal"]
     header += [f"{view.metric} @ {b:.0%} dense" for b in BUDGETS]
     header += [f"cost to reach dense {'−' if view.higher_is_better else '+'} δ", "normalized AUC", "hypervolume"]
@@ -688,8 +688,8 @@ def protocol_versions(rows):
     return protocol.map(results.protocol_version).astype(int)
 
 
-def _section_notes(view: TaskView, delta: float | None = None) -> list[str]:
-    delta = reach_delta(view.metric) if delta is None else delta
+def _section_notes(view: TaskView) -> list[str]:
+    delta = reach_delta(view.metric)
     unit, scale = macs_unit(view.macs_dense)
     arrow = "↑" if view.higher_is_better else "↓"
     notes = [f"Dataset: **{md_escape(view.dataset)}**. Metric: {view.metric} {arrow}. "
@@ -708,7 +708,7 @@ def _section_notes(view: TaskView, delta: float | None = None) -> list[str]:
     return notes
 
 
-def _header(results_dir: str, n_rows: int, delta: float | None = None) -> list[str]:
+def _header(results_dir: str, n_rows: int) -> list[str]:
     from bench import stats
 
     refs = ", ".join(f"{k}: {v:g}" for k, v in REFERENCE_POINTS.items())
@@ -722,11 +722,9 @@ def _header(results_dir: str, n_rows: int, delta: float | None = None) -> list[s
         "Cost = mean MACs per sample (GMACs = the vision papers' \"GFLOPs\"); % = of the task's dense base model.",
         "Points = seed means per knob value. Quality at 25/50/75/100% of dense cost is interpolated on each "
         "method's upper hull (Pareto points joined linearly, continued flat to its costliest point), never "
-        f"extrapolated ({NA} = outside the measured range). " + (
-            f"Cost to reach dense quality uses δ = {delta:g} (metric units)." if delta is not None else
-            "Cost to reach dense quality uses δ = half a point on the metric's scale (each task's section "
-            f"gives it): {DELTA:g} for rates in [0, 1] (0.5 pp of accuracy or WER), "
-            + ", ".join(f"{v:g} for {k}" for k, v in DELTA_BY_METRIC.items()) + " (0-100 scale)."),
+        f"extrapolated ({NA} = outside the measured range). Cost to reach dense quality uses δ = half a point on "
+        f"the metric's scale (each task's section gives it): {DELTA:g} for rates in [0, 1] (0.5 pp of accuracy or "
+        "WER), " + ", ".join(f"{v:g} for {k}" for k, v in DELTA_BY_METRIC.items()) + " (0-100 scale).",
         f"Hypervolume: cost as a fraction of dense cost, reference point = ({REFERENCE_COST:g} × dense cost, "
         f"reference quality per metric: {refs}; other metrics 0 if ↑, 1 if ↓).",
         "Pareto-optimal: yes (k/n) = k of the method's n points are on the task's overall front.",
@@ -736,22 +734,22 @@ def _header(results_dir: str, n_rows: int, delta: float | None = None) -> list[s
 
 
 def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[str, list[str]],
-                      results_dir: str, delta: float | None = None, claims_summary: list[str] | None = None,
+                      results_dir: str, claims_summary: list[str] | None = None,
                       notes: dict[str, list[str]] | None = None) -> list[str]:
     n_rows = sum(len(v.rows) for v in views)
-    md = ["# Leaderboard", ""] + [line + "  " for line in _header(results_dir, n_rows, delta)]
+    md = ["# Leaderboard", ""] + [line + "  " for line in _header(results_dir, n_rows)]
     if claims_summary:
         md += ["", "## Claims", ""] + claims_summary
     for view in views:
         title = f"{view.task} — {view.dataset}"
-        md += ["", f"## {md_escape(title)}", ""] + [note + "  " for note in _section_notes(view, delta)]
+        md += ["", f"## {md_escape(title)}", ""] + [note + "  " for note in _section_notes(view)]
         md += [line for line in (notes or {}).get(f"{view.task}\0{view.dataset}", [])]
         for name in figures.get(f"{view.task}\0{view.dataset}", []):
             if name.endswith(".png"):
                 md += ["", f"![{name}]({name})"]
             else:  # a data table beside the figures
                 md += ["", f"Data: [{name}]({name})"]
-        for caption, (header, table) in (("Summary", summary_table(view, delta)), ("Points", points_table(view)),
+        for caption, (header, table) in (("Summary", summary_table(view)), ("Points", points_table(view)),
                                          ("All rows", rows_table(view))):
             md += ["", f"### {caption}: {md_escape(view.task)}, {md_escape(view.dataset[:40])}", "",
                    markdown_table(header, table)]
