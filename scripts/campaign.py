@@ -6,10 +6,14 @@ one training at a time (the machine has 2 cores).
     nohup python scripts/campaign.py --until 06:50 > campaign.log 2>&1 &
 
 The campaign is resumable: a command whose rows all exist is skipped (:func:`has_rows`, the test ``bench
-run`` applies) and an interrupted training resumes from its checkpoint, so running the script again (in a
-later session) continues where it stopped.
+run`` applies) and an interrupted training resumes from its checkpoint, so running the script again
+continues where it stopped: on the same machine, exactly; on a later session's fresh machine, from what
+was committed (the rows, and the recorded wall times in :data:`TIMES`), since ``.cache`` (checkpoints,
+trained bases) does not outlive the machine.
 ``--until HH:MM`` (UTC) starts no new command after that time (the next occurrence of it: a time already
-past today means tomorrow); ``--seeds`` and ``--task`` restrict it.
+past today means tomorrow), nor one whose recorded wall time (:data:`TIMES`) would carry it past that time:
+a session's machine does not outlive the session, so a training cut off at its end is lost, checkpoint and
+all.  ``--seeds`` and ``--task`` restrict it.
 
 Order: first the learning-curve points that settle the defaults (:data:`CALIBRATION`); then every seed of
 the cheap :data:`TASK_MAJOR` tasks (parity); then the other tasks whose defaults are settled
@@ -40,7 +44,9 @@ from tasks.imagenet import ImageNetConfig  # noqa: E402  (the defaults the equal
 # the equal-budget dense control: a control, not a base, so the hour's limit does not apply to it
 EQUAL_BUDGET = ImageNetConfig.train_steps + ImageNetConfig.method_steps
 
-TIMES = ROOT / ".cache" / "campaign_times.tsv"  # each finished command's wall time (this machine's; not a result)
+# each finished command's wall time on the campaign's machine (2 cores; not a result).  Tracked in git, not in
+# .cache: sessions run on fresh machines, and the estimates (--status, --until) need the earlier sessions' times.
+TIMES = ROOT / "scripts" / "campaign_times.tsv"
 RUN = ["threads=2"]  # both cores for one training; rows record it
 
 
@@ -291,11 +297,27 @@ class Progress:
                 + (f"; {self.unknown} cannot be judged (run them to see why)" if self.unknown else ""))
 
 
-def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float]) -> list[Progress]:
-    """Per task (in :data:`TASK_ORDER`) and seed, the progress of ``plan``."""
+def estimates(times: dict[tuple[str, int], float]) -> dict[str, float]:
+    """Point id -> the wall seconds a command of that point is expected to take: the longest recorded over
+    the seeds (seeds of one point train the same steps on the same data)."""
     measured: dict[str, float] = {}
     for (point, _), seconds in times.items():
         measured[point] = max(seconds, measured.get(point, 0.0))
+    return measured
+
+
+def ends_in_time(now: dt.datetime, stop: dt.datetime | None, estimate_s: float | None) -> bool:
+    """Whether a command may start at ``now`` under ``--until`` (``stop``): not after the stop time, and not
+    when its estimated wall time would carry it past the stop time.  A command with no recorded time starts
+    whenever the stop time has not come (nothing says how long it takes)."""
+    if stop is None:
+        return True
+    return now < stop and (estimate_s is None or now + dt.timedelta(seconds=estimate_s) <= stop)
+
+
+def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float]) -> list[Progress]:
+    """Per task (in :data:`TASK_ORDER`) and seed, the progress of ``plan``."""
+    measured = estimates(times)
     out = []
     for task in [t for t in TASK_ORDER if any(point.task == t for _, point in plan)]:
         for seed in sorted({s for s, point in plan if point.task == task}):
@@ -330,7 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status", action="store_true",
                         help="print, per task and seed, how many commands have rows and the time left estimated "
                              "from the times file")
-    parser.add_argument("--until", default="", help="UTC HH:MM after which no new command starts")
+    parser.add_argument("--until", default="",
+                        help="UTC HH:MM: no command starts after it, nor one whose recorded wall time would end "
+                             "after it")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     parser.add_argument("--task", action="append", choices=TASK_ORDER, help="only these tasks (repeatable)")
     parser.add_argument("--times", default=str(TIMES), help=f"the wall-time file (default {TIMES})")
@@ -351,15 +375,20 @@ def main(argv: list[str] | None = None) -> int:
         stop = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
         if stop <= now:
             stop += dt.timedelta(days=1)
+    expected = estimates(read_times(times))
     failed = 0
     for i, (seed, point) in enumerate(plan, 1):
-        if stop is not None and dt.datetime.now(dt.timezone.utc) >= stop:
-            print(f"[campaign] {args.until} UTC reached: stopping before command {i}/{len(plan)}", flush=True)
-            break
         line = command(seed, point)
         if has_rows(seed, point):
             print(f"[campaign] {i}/{len(plan)} has its rows: {shlex.join(line)}", flush=True)
             continue
+        # the plan's order matters (a method fine-tunes the base before it), so the campaign stops at the
+        # first command that does not fit rather than looking for a later one that does
+        estimate = expected.get(point_id(point))
+        if not ends_in_time(dt.datetime.now(dt.timezone.utc), stop, estimate):
+            why = "reached" if estimate is None else f"would be passed (about {estimate / 60:.0f} min recorded)"
+            print(f"[campaign] {args.until} UTC {why}: stopping before command {i}/{len(plan)}", flush=True)
+            break
         record(times, seed, point, START)
         start = time.time()
         print(f"[campaign] {i}/{len(plan)} {dt.datetime.now(dt.timezone.utc):%H:%M:%S} {shlex.join(line)}",

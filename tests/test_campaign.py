@@ -115,3 +115,48 @@ def test_times_of_interrupted_commands_are_left_out(tmp_path):
     with times.open("a") as f:
         f.write("12.")  # a line cut short
     assert campaign.read_times(times) == {(campaign.point_id(a), 0): 100.0, (campaign.point_id(b), 1): 80.0}
+
+
+def test_until_starts_no_command_that_its_recorded_time_would_carry_past_the_stop(tmp_path):
+    """--until: a command starts before the stop time only when the same point's longest recorded wall time
+    (any seed) ends by then; with no recorded time it starts whenever the stop time has not come."""
+    import datetime as dt
+
+    campaign = _campaign()
+    a, b = (campaign.Point("parity", (f"dense.depth={d}",)) for d in (2, 4))
+    times = tmp_path / "times.tsv"
+    for seed, seconds in ((0, 600.0), (1, 900.0)):
+        campaign.record(times, seed, a, campaign.START)
+        campaign.record_time(times, seed, a, seconds)
+    expected = campaign.estimates(campaign.read_times(times))
+    assert expected == {campaign.point_id(a): 900.0}  # the longest seed
+    stop = dt.datetime(2026, 1, 1, 6, 0, tzinfo=dt.timezone.utc)
+    at = lambda minutes: stop - dt.timedelta(minutes=minutes)  # noqa: E731
+    assert campaign.ends_in_time(at(15), stop, expected.get(campaign.point_id(a)))  # ends exactly at the stop
+    assert not campaign.ends_in_time(at(14), stop, expected.get(campaign.point_id(a)))
+    assert campaign.ends_in_time(at(1), stop, expected.get(campaign.point_id(b)))  # no recorded time
+    assert not campaign.ends_in_time(at(0), stop, None)
+    assert campaign.ends_in_time(at(0), None, 1e9)  # no --until
+
+
+def test_campaign_stops_before_a_command_that_would_run_past_until(tmp_path, monkeypatch, capsys):
+    """The loop itself: the first pending command's recorded time (2 h) does not fit in the hour left, so
+    nothing runs and the campaign says why; without that record the same command starts."""
+    import datetime as dt
+
+    campaign = _campaign()
+    ran = []
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
+    monkeypatch.setattr(campaign.subprocess, "run",
+                        lambda line, cwd: ran.append(line) or type("Done", (), {"returncode": 0})())
+    seed, first = campaign.planned(seeds=(0,), tasks=("parity",))[0]
+    until = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)).strftime("%H:%M")
+    times = tmp_path / "times.tsv"
+    campaign.record(times, 1, first, campaign.START)
+    campaign.record_time(times, 1, first, 7200.0)
+    args = ["--task", "parity", "--seeds", "0", "--until", until, "--times", str(times)]
+    assert campaign.main(args) == 0 and ran == []
+    assert "would be passed (about 120 min recorded): stopping before command 1/" in capsys.readouterr().out
+    fresh = tmp_path / "none.tsv"
+    campaign.main([*args[:-1], str(fresh)])  # no recorded times: every command starts (the loop runs them all)
+    assert ran and ran[0][-1] == f"seed={seed}"
