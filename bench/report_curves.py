@@ -49,6 +49,7 @@ import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -60,6 +61,22 @@ from bench.report_claims import FAILS, HOLDS, seed_check, verdict
 MET, MISSED, UNSURE = "met", "missed", "inconclusive"
 AS_TARGET = {HOLDS: MET, FAILS: MISSED}  # the claims' verdicts, read as a target's
 CURVES_DIR = "curves"
+
+
+class Training(NamedTuple):
+    """One training of a curve's point: its wall minutes (the row's ``train_time_s``) and the processor it
+    ran on (the row's ``device``, without its ``cpu:`` prefix): the 60-min targets are wall clock on 2 cores,
+    and the same configuration's time depends on which processor those are."""
+    minutes: float
+    device: str
+
+
+def _device(value: object) -> str:
+    """The processor a row's ``device`` names (``cpu: <model>`` → ``<model>``); "" when it names none (a bare
+    ``cpu``, or no value)."""
+    text = "" if pd.isna(value) else str(value).strip()
+    kind, _, model = text.partition(":")
+    return model.strip() if model else ("" if kind.lower() in ("", "cpu", "cuda") else text)
 
 
 @dataclass
@@ -74,7 +91,7 @@ class Curve:
     is_default: bool = True  # every other key at the task's default (the targets apply to this curve only)
     setting_key: str = ""
     unc: stats.Uncertainty = field(default_factory=stats.Uncertainty)
-    train_minutes: dict[int, list[float]] = field(default_factory=dict)  # steps -> every training's minutes
+    train_minutes: dict[int, list[Training]] = field(default_factory=dict)  # steps -> every training
 
     @property
     def steps(self) -> list[int]:
@@ -198,10 +215,13 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
     frame = frame[~frame["leaderboard"] | pd.Series(on_default, index=frame.index)].copy()
     # every training of a point counts for its time, before re-runs are reduced to the latest row: the same
     # model trained again (another session, another machine load) is another measurement of the same budget
-    trainings = (frame.dropna(subset=["train_time_s"])
-                 .drop_duplicates(["task", "dataset", "setting_key", "steps", "seed", "train_time_s"])
-                 .groupby(["task", "dataset", "setting_key", "steps"])["train_time_s"]
-                 .apply(lambda t: sorted(float(v) / 60.0 for v in t)).to_dict())
+    timed = (frame.dropna(subset=["train_time_s"])
+             .drop_duplicates(["task", "dataset", "setting_key", "steps", "seed", "train_time_s"]))
+    trainings: dict[tuple, list[Training]] = {}
+    for key, group in timed.groupby(["task", "dataset", "setting_key", "steps"]):
+        devices = group["device"] if "device" in group else [""] * len(group)
+        trainings[key] = sorted(Training(float(t) / 60.0, _device(d))
+                                for t, d in zip(group["train_time_s"], devices))
     frame = latest_rows(frame)
     # one row per (curve, steps, seed), the latest: a re-evaluation (other threads/timing) or a re-training
     frame = frame.sort_values("timestamp", kind="stable").drop_duplicates(
@@ -241,7 +261,7 @@ class Point:
     seeds: list[int]
     seed_values: list[float]
     train_minutes: float  # the longest training of the point
-    trainings: list[float] = field(default_factory=list)  # every training's minutes (re-runs included)
+    trainings: list[Training] = field(default_factory=list)  # every training (re-runs included)
 
 
 def points(curve: Curve) -> list[Point]:
@@ -252,7 +272,8 @@ def points(curve: Curve) -> list[Point]:
         trainings = curve.train_minutes.get(steps, [])
         out.append(Point(steps=steps, quality=float(rows["quality"].mean()), low=low, high=high,
                          seeds=[int(s) for s in rows["seed"]], seed_values=[float(q) for q in rows["quality"]],
-                         train_minutes=max(trainings, default=math.nan), trainings=trainings))
+                         train_minutes=max((t.minutes for t in trainings), default=math.nan),
+                         trainings=trainings))
     return out
 
 
@@ -468,6 +489,20 @@ def plot_curve(curve: Curve, pts: list[Point], target, path: Path) -> Path:
     return path
 
 
+def training_list(runs: list[Training]) -> str:
+    """The time target's detail: every training's minutes when there are several, each with its processor
+    when they ran on different ones (the verdict is the longest's, whichever processor it ran on)."""
+    devices = {t.device for t in runs}
+    if len(devices) > 1:
+        return (f" (the longest of {len(runs)} trainings: "
+                + ", ".join(f"{t.minutes:.1f} min on {t.device or 'an unrecorded device'}" for t in runs) + ")")
+    on = f"on {runs[0].device}" if runs and runs[0].device else ""
+    if len(runs) > 1:
+        return (f" (the longest of {len(runs)} trainings: {', '.join(f'{t.minutes:.1f}' for t in runs)} min"
+                + (f", {on})" if on else ")"))
+    return f" ({on})" if on else ""
+
+
 def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
     pts = points(curve)
     gain_threshold = None if target is None or not curve.is_default else target.doubling_gain
@@ -531,8 +566,7 @@ def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
             minutes = default.train_minutes if default else math.nan
             known = math.isfinite(minutes)
             runs = default.trainings if default else []
-            value = f"{minutes:.1f} min" + (f" (the longest of {len(runs)} trainings: "
-                                            f"{', '.join(f'{m:.1f}' for m in runs)} min)" if len(runs) > 1 else "")
+            value = f"{minutes:.1f} min" + training_list(runs)
             checks.append([f"base trains in ≤ {target.minutes:g} min", value if known else "n/a",
                            (MET if minutes <= target.minutes else MISSED) if known else
                            UNSURE if default else "not run"])
@@ -570,7 +604,9 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
              "a calibration run and the leaderboard's base) shows the latest training's quality; for time, "
              "every training of a point counts, the longest decides (a worst case: the machine is shared, so "
              "the same training takes different times in different sessions), and the time target lists "
-             "them all. Only rows of today's training protocol count.", ""]
+             "them all, with the processor they ran on (the row's `device`; sessions do not always get the same "
+             "processor model, and the same training's time depends on it). Only rows of today's training "
+             "protocol count.", ""]
     summary_rows, sections, written = [], [], []
     for curve in curves:
         slug = _slug(curve)

@@ -19,7 +19,8 @@ N = 4000
 
 def _write(results_dir, steps: int, accuracy: float, seed: int, *, d_model: int | None = None, correct=None,
            threads: int = 2, eval_limit: int = 0, day: int | None = None, minutes: float | None = None,
-           without: tuple[str, ...] = (), leaderboard: bool = False, width: float = 1.0, protocol: int | None = None):
+           without: tuple[str, ...] = (), leaderboard: bool = False, width: float = 1.0, protocol: int | None = None,
+           device: str = "cpu"):
     """A dense imagenet row trained for ``steps`` under results_dir/curves (under results_dir itself, the
     leaderboard, with ``leaderboard``), scoring ``accuracy`` on N examples (the first round(accuracy·N)
     correct unless ``correct`` gives the mask)."""
@@ -38,7 +39,7 @@ def _write(results_dir, steps: int, accuracy: float, seed: int, *, d_model: int 
         train_budget=f"{steps} steps x batch 128 (the task's base budget)",
         train_time_s=steps / 10.0 if minutes is None else minutes * 60.0,
         run_id=f"r{steps}-{seed}-{d_model}", config_hash=f"h{steps}{d_model}{threads}{eval_limit}", command="test",
-        git_sha="0" * 12, git_dirty=False, versions="", device="cpu",
+        git_sha="0" * 12, git_dirty=False, versions="", device=device,
         timestamp=f"2026-01-{(seed + 1 if day is None else day):02d}T00:00:00Z", timing_threads=threads,
         latency_b1_ms=math.nan, latency_b1_iqr_ms=math.nan, throughput_per_s=math.nan, throughput_batch=0,
         dense_latency_b1_ms=math.nan, dense_throughput_per_s=math.nan, latency_b1_ratio=math.nan,
@@ -329,12 +330,36 @@ def test_every_training_of_the_default_counts_for_the_time_target(tmp_path):
     _write(tmp_path, default, 0.80, 0, minutes=limit - 1.0, day=1)
     _write(tmp_path, default, 0.80, 0, minutes=limit + 2.5, day=2, leaderboard=True)
     (curve,) = report_curves.load_curves(tmp_path)
-    assert len(curve.rows) == 1 and curve.train_minutes[default] == [limit - 1.0, limit + 2.5]
+    assert len(curve.rows) == 1 and [t.minutes for t in curve.train_minutes[default]] == [limit - 1.0, limit + 2.5]
     report_curves.write(tmp_path, tmp_path / "reports")
     line = next(l for l in (tmp_path / "reports" / "curves.md").read_text().splitlines()
                 if "base trains in" in l and l.startswith("| imagenet"))
     assert line.rstrip().endswith(f"| {limit + 2.5:.1f} min (the longest of 2 trainings: {limit - 1.0:.1f}, "
                                   f"{limit + 2.5:.1f} min) | missed |")
+
+
+def test_the_time_target_names_the_processor_of_each_training(tmp_path):
+    """The limit is wall clock on 2 cores, and the same configuration's time depends on the processor (one
+    calibration base trained in 59 min on one processor model, the same configuration far longer on
+    another): the target's line names each training's processor when they differ, and the one processor
+    otherwise; the verdict stays the longest training's."""
+    default = report_curves.default_train_steps("imagenet")
+    limit = report_curves.base_target("imagenet").minutes
+
+    def time_line() -> str:
+        report_curves.write(tmp_path, tmp_path / "reports")
+        return next(l for l in (tmp_path / "reports" / "curves.md").read_text().splitlines()
+                    if "base trains in" in l and l.startswith("| imagenet")).rstrip()
+
+    _write(tmp_path, default, 0.80, 0, minutes=limit - 1.0, day=1, device="cpu: Fast CPU 1")
+    assert time_line().endswith(f"| {limit - 1.0:.1f} min (on Fast CPU 1) | met |")
+    _write(tmp_path, default, 0.80, 0, minutes=limit - 2.0, day=2, leaderboard=True, device="cpu: Fast CPU 1")
+    assert time_line().endswith(f"| {limit - 1.0:.1f} min (the longest of 2 trainings: {limit - 2.0:.1f}, "
+                                f"{limit - 1.0:.1f} min, on Fast CPU 1) | met |")
+    _write(tmp_path, default, 0.80, 1, minutes=limit + 25.0, day=3, leaderboard=True, device="cpu: Slow CPU 2")
+    assert time_line().endswith(f"| {limit + 25.0:.1f} min (the longest of 3 trainings: {limit - 2.0:.1f} min on "
+                                f"Fast CPU 1, {limit - 1.0:.1f} min on Fast CPU 1, {limit + 25.0:.1f} min on "
+                                "Slow CPU 2) | missed |")
 
 
 def test_a_leaderboard_of_rows_from_before_the_protocol_column_is_read_as_protocol_1(tmp_path):
