@@ -59,6 +59,10 @@ class TaskSpec:
     # `bench speed`: the module with this task's named model sizes (``ARCHS``) and ``build(arch)``
     # (bench/speed.py); "" = the ``speed`` module beside ``impl`` if there is one (tasks/<t>/speed.py).
     speed: str = ""
+    # Config keys the task added after rows existed, each at the value that keeps the behaviour before it:
+    # a config holding one at that value is the point a config without it was (bench.results.identity_hash
+    # leaves it out), e.g. (("ding_phrases", 0),).
+    added_defaults: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,14 @@ def method_spec(name: str) -> MethodSpec:
 
 def task_spec(name: str) -> TaskSpec:
     return _lookup("task", name, _TASKS)
+
+
+def added_task_defaults(name: str) -> dict[str, Any]:
+    """The ``added_defaults`` a task declares ({} for a task that is not registered, e.g. a plugin whose rows are
+    read without it)."""
+    load_builtin()
+    spec = _TASKS.get(name)
+    return dict(spec.added_defaults) if spec is not None else {}
 
 
 def methods() -> dict[str, MethodSpec]:

@@ -232,12 +232,16 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
         for key in keys:
             rows = group[group["setting_key"] == key].reset_index(drop=True)
             setting = ""
+            is_default = _is_default(by_key[key], str(task))
             if len(keys) > 1:  # name the keys that differ between this task's curves
                 others = [by_key[k] for k in keys]
                 differing = sorted(k for k in by_key[key] if len({o.get(k) for o in others}) > 1)
                 setting = ", ".join(f"{k}={by_key[key][k]}" for k in differing)
+            elif not is_default:  # alone on its dataset (a setting that changes the training data): what it changes
+                defaults = task_defaults(str(task))
+                setting = ", ".join(f"{k}={v}" for k, v in sorted(by_key[key].items())
+                                    if k in defaults and defaults[k] != v)
             first = rows.iloc[0]
-            is_default = _is_default(by_key[key], str(task))
             minutes = {int(n): trainings.get((task, dataset, key, n), []) for n in set(rows["steps"])}
             curves.append(Curve(task=str(task), dataset=str(dataset), metric=str(first["metric"]),
                                 higher_is_better=bool(first["higher_is_better"]), setting=setting, rows=rows,
@@ -345,19 +349,35 @@ class Comparison:
     seed_deltas: dict[int, float] = field(default_factory=dict)
 
 
+def _same_examples(a: Curve, b: Curve) -> bool:
+    """Whether two curves were evaluated on the same test examples: their first rows' per-sample files hold
+    the same example indices and the same targets (references, labels)."""
+    first = [next((c.unc.samples[k] for k in c.rows["row_key"] if k in c.unc.samples), None) for c in (a, b)]
+    if first[0] is None or first[1] is None or len(first[0]) != len(first[1]):
+        return False
+    columns = [c for c in ("index", "target") if c in first[0] and c in first[1]]
+    return bool(columns) and all(
+        first[0][c].astype(str).tolist() == first[1][c].astype(str).tolist() for c in columns)
+
+
 def compare_settings(curves: list[Curve], results_dir: Path | str) -> list[Comparison]:
-    """Every non-default curve against its task's default curve (same task and test set), at every step
-    count both have: the difference of seed means over the seeds present in both, with one paired bootstrap
-    over the test examples of all those rows (``stats.rows_uncertainty``)."""
+    """Every non-default curve against its task's default curve, at every step count both have: the
+    difference of seed means over the seeds present in both, with one paired bootstrap over the test
+    examples of all those rows (``stats.rows_uncertainty``).  The default curve is the one on the same
+    dataset, or, for a setting that changes the training data (another ``dataset``), the one evaluated on
+    the same test examples (:func:`_same_examples`)."""
     out = []
     for curve in curves:
         default = next((c for c in curves if c.is_default and c.task == curve.task and c.dataset == curve.dataset),
                        None)
         if curve.is_default:
             continue
-        if default is None:  # e.g. a setting that changes the data: listed, not compared
+        if default is None:
+            default = next((c for c in curves if c.is_default and c.task == curve.task
+                            and _same_examples(c, curve)), None)
+        if default is None:  # e.g. a setting that changes the test set: listed, not compared
             out.append(Comparison(curve.task, curve.setting or curve.dataset, 0, math.nan, math.nan, math.nan,
-                                  "not compared: no default-configuration curve on this dataset"))
+                                  "not compared: no default-configuration curve on these test examples"))
             continue
         for n in sorted(set(curve.steps) & set(default.steps)):
             at = [c.rows[c.rows["steps"] == n].set_index("seed") for c in (curve, default)]

@@ -190,17 +190,21 @@ IMPLICIT_DEFAULTS = {"precision": "fp32", "accumulate": 1}
 
 # Task-section keys added after rows were written, at the value that keeps the behaviour before them: a
 # config that holds the key at that value is the point a config without the key was, so the key is left
-# out of the identity (and of the settings a report compares).
+# out of the identity (and of the settings a report compares).  Keys of several tasks are listed here; a
+# key of one task is declared by that task (``TaskSpec.added_defaults``).
 ADDED_TASK_DEFAULTS: dict[str, Any] = {"streaming": False}
 
 
 def without_added_defaults(config: dict[str, Any], task: str) -> dict[str, Any]:
-    """``config`` without the task-section keys of :data:`ADDED_TASK_DEFAULTS` at those values."""
+    """``config`` without the task-section keys added later (:data:`ADDED_TASK_DEFAULTS` and the task's own
+    ``added_defaults``) at those values."""
+    from bench import registry
+
     section = config.get(task)
     if not isinstance(section, dict):
         return config
-    return {**config, task: {k: v for k, v in section.items()
-                             if not (k in ADDED_TASK_DEFAULTS and v == ADDED_TASK_DEFAULTS[k])}}
+    added = {**ADDED_TASK_DEFAULTS, **registry.added_task_defaults(task)}
+    return {**config, task: {k: v for k, v in section.items() if not (k in added and v == added[k])}}
 
 
 def identity_hash(config: dict[str, Any], method: str, task: str) -> str:

@@ -20,7 +20,7 @@ N = 4000
 def _write(results_dir, steps: int, accuracy: float, seed: int, *, d_model: int | None = None, correct=None,
            threads: int = 2, eval_limit: int = 0, day: int | None = None, minutes: float | None = None,
            without: tuple[str, ...] = (), leaderboard: bool = False, width: float = 1.0, protocol: int | None = None,
-           device: str = "cpu"):
+           device: str = "cpu", dataset: str = "toy images", target: int = 0):
     """A dense imagenet row trained for ``steps`` under results_dir/curves (under results_dir itself, the
     leaderboard, with ``leaderboard``), scoring ``accuracy`` on N examples (the first round(accuracy·N)
     correct unless ``correct`` gives the mask)."""
@@ -32,7 +32,7 @@ def _write(results_dir, steps: int, accuracy: float, seed: int, *, d_model: int 
     for key in without:  # a row made before the key existed
         config.pop(key)
     row = results.ResultRow(
-        method="dense", task="imagenet", dataset="toy images", knob_name="size", knob_value="w1-d1",
+        method="dense", task="imagenet", dataset=dataset, knob_name="size", knob_value="w1-d1",
         knob_kind="static", seed=seed, variant="", metric="top1", quality=float(score.mean()), higher_is_better=True,
         metric_signature="top1", n_eval=N, macs_mean=1.0, macs_p10=1.0, macs_p50=1.0, macs_p90=1.0, macs_dense=1.0,
         cost_pct_dense=100.0, macs_counted_mean=1.0, cost_check="agree", uncounted_ops="",
@@ -45,7 +45,7 @@ def _write(results_dir, steps: int, accuracy: float, seed: int, *, d_model: int 
         dense_latency_b1_ms=math.nan, dense_throughput_per_s=math.nan, latency_b1_ratio=math.nan,
         throughput_ratio=math.nan, timing_rounds=0, params=1,
         **({} if protocol is None else {"protocol": protocol}))
-    samples = pd.DataFrame({"target": 0, "prediction": 0, "score": score, "macs": 1.0, "index": np.arange(N)})
+    samples = pd.DataFrame({"target": target, "prediction": 0, "score": score, "macs": 1.0, "index": np.arange(N)})
     config_yaml = yaml.safe_dump({"seed": seed, "threads": threads, "eval_limit": eval_limit, "imagenet": config,
                                   "dense": {"width": width, "depth": 1.0}})
     return results.append(results_dir if leaderboard else results_dir / "curves", row,
@@ -199,6 +199,27 @@ def test_a_setting_without_a_default_curve_on_its_dataset_is_listed_not_compared
     _write(tmp_path, default, 0.70, 0, d_model=32)
     (listed,) = report_curves.compare_settings(report_curves.load_curves(tmp_path), tmp_path)
     assert listed.verdict.startswith("not compared") and math.isnan(listed.delta)
+
+
+def test_a_setting_that_changes_the_training_data_is_compared_on_the_same_test_examples(tmp_path):
+    """A setting whose rows name another dataset (more training data, e.g. iwslt.ding_phrases) is compared
+    with the default curve evaluated on the same test examples (indices and targets), paired; one evaluated
+    on other examples is listed, not compared.  Alone on its dataset, it is named by the keys it changes."""
+    default = report_curves.default_train_steps("imagenet")
+    for seed in (0, 1):
+        _write(tmp_path, default, 0.80, seed)
+        _write(tmp_path, default, 0.85, seed, d_model=32, dataset="toy images + more training images")
+        _write(tmp_path, default, 0.90, seed, d_model=48, dataset="other toy images", target=1)
+    curves = report_curves.load_curves(tmp_path)
+    more = next(c for c in curves if c.dataset.endswith("more training images"))
+    assert not more.is_default and more.setting == "imagenet.d_model=32"
+    compared = {c.setting: c for c in report_curves.compare_settings(curves, tmp_path)}
+    assert set(compared) == {"imagenet.d_model=32", "imagenet.d_model=48"}
+    better = compared["imagenet.d_model=32"]
+    assert better.delta == pytest.approx(0.05) and better.low > 0 and better.verdict == "better"
+    assert better.seed_deltas == {0: pytest.approx(0.05), 1: pytest.approx(0.05)}
+    other = compared["imagenet.d_model=48"]
+    assert other.verdict.startswith("not compared") and math.isnan(other.delta)
 
 
 def test_consecutive_steps_that_are_not_a_doubling_get_a_gain_but_no_target(tmp_path):

@@ -66,6 +66,9 @@ class TranslationConfig:
                                         "tokenised a batch at a time (only the raw sources/references are "
                                         "kept); batches in file order, not sorted by length (more padding)")
     train_samples: int = param(0, min=0, help="use the first N training pairs only (0 = all; tests)")
+    ding_phrases: int = param(0, min=0, help="trans-de-en: add the dictionary's N longest phrase pairs (its "
+                                             "non-sentence entries, none from a line holding a validation or "
+                                             "test sentence) to the training sentences (0 = sentences only)")
     pretrained: str = param("", help="checkpoint directory for the dense base model: HuggingFace Marian "
                                      "(config.json, model.safetensors, source.spm, target.spm, vocab.json) or "
                                      "fairseq (checkpoint_best.pt, dict.<src>.txt, dict.<tgt>.txt); the "
@@ -82,6 +85,10 @@ class WMTConfig(TranslationConfig):
                              "trans-de-en: the offline Ding pairs")
     beam: int = param(4, min=1, help="beam size at evaluation (WMT: 4)")
     tie_output: bool = param(True, help="tie the decoder's output classifier to its token embedding (WMT)")
+
+
+# keys added after rows existed, at the value that trains what those rows trained (bench.results.identity_hash)
+ADDED_DEFAULTS = (("ding_phrases", 0),)
 
 
 def _backbones(cfg) -> tuple[str, ...]:
@@ -104,6 +111,7 @@ SPEC = register_task(TaskSpec(
     test_overrides=tuple(f"iwslt.{o}" for o in _TEST),
     eval_examples=("iwslt.beam=1", "iwslt.eval_samples=6"),
     figures="tasks.iwslt.figures:translation_figures",
+    added_defaults=ADDED_DEFAULTS,
 ))
 
 WMT_SPEC = register_task(TaskSpec(
@@ -117,4 +125,5 @@ WMT_SPEC = register_task(TaskSpec(
     backbones=_backbones,
     test_overrides=tuple(f"wmt.{o}" for o in _TEST) + ("wmt.source=trans-de-en",),
     figures="tasks.iwslt.figures:translation_figures",
+    added_defaults=ADDED_DEFAULTS,
 ))

@@ -8,6 +8,8 @@ end in ``.``, ``?`` or ``!`` and have at least 3 words; exact duplicates are dro
 Splits are fixed by a hash of the German sentence (so one German sentence never sits in two splits):
 the ``test_size`` pairs with the smallest hashes are the test set, the next ``valid_size`` the
 validation set, the rest the training set.
+``ding_phrases=N`` adds N of the dictionary's phrase pairs (its non-sentence entries) to the training set
+(:func:`ding_phrases`); the validation and test sets stay the same sentences.
 
 HuggingFace (``source=hf``): ``load_dataset`` on local parquet/json/jsonl/csv files or a
 ``save_to_disk`` directory, or a hub name already in the local cache (offline), map-style (memory-mapped
@@ -54,25 +56,33 @@ def _is_sentence(text: str) -> bool:
     return bool(text) and text[-1] in ".?!" and len(text.split()) >= 3
 
 
-@functools.lru_cache(maxsize=2)
-def ding_pairs(path: str = DING_PATH) -> tuple[tuple[str, str], ...]:
-    """All cleaned, de-duplicated German–English sentence pairs of the Ding dictionary file."""
+def _is_sentence_pair(de: str, en: str) -> bool:
+    return _is_sentence(de) and _is_sentence(en) and de[0].isupper()
+
+
+def _aligned_lines(path: str) -> Iterator[list[tuple[str, str]]]:
+    """The cleaned (German, English) parts of each dictionary line whose two sides have as many parts."""
     if not os.path.exists(path):
         raise UserError(f"trans-de-en: no dictionary at {path}; install it (apt-get install -y trans-de-en) "
                         "or set iwslt.data_dir to the file")
-    seen: dict[tuple[str, str], None] = {}
     with open(path, encoding="utf-8") as handle:
         for line in handle:
             if line.startswith("#") or " :: " not in line:
                 continue
             de, en = line.rstrip("\n").split(" :: ", 1)
             de_parts, en_parts = de.split(" | "), en.split(" | ")
-            if len(de_parts) != len(en_parts):
-                continue
-            for d, e in zip(de_parts, en_parts):
-                d, e = _clean(d), _clean(e)
-                if _is_sentence(d) and _is_sentence(e) and d[0].isupper():
-                    seen.setdefault((d, e), None)
+            if len(de_parts) == len(en_parts):
+                yield [(_clean(d), _clean(e)) for d, e in zip(de_parts, en_parts)]
+
+
+@functools.lru_cache(maxsize=2)
+def ding_pairs(path: str = DING_PATH) -> tuple[tuple[str, str], ...]:
+    """All cleaned, de-duplicated German–English sentence pairs of the Ding dictionary file."""
+    seen: dict[tuple[str, str], None] = {}
+    for parts in _aligned_lines(path):
+        for d, e in parts:
+            if _is_sentence_pair(d, e):
+                seen.setdefault((d, e), None)
     return tuple(seen)
 
 
@@ -91,6 +101,36 @@ def ding_splits(path: str, valid_size: int, test_size: int) -> dict[str, Pairs]:
         out[split].src.append(d)
         out[split].tgt.append(e)
     return out
+
+
+def ding_phrases(path: str, held_out: set[str], count: int) -> Pairs:
+    """The ``count`` dictionary *phrase* pairs of the Ding file to add to the training sentences: the aligned
+    parts of a line that are not sentence pairs (head words, inflections, idioms such as "Abholung der Waren
+    am Bahnhof :: collection of the goods from the station"), cleaned like the sentences and de-duplicated.
+
+    A line that holds a held-out German sentence (``held_out``: the validation and test sentences) gives no
+    phrase: its head words are the dictionary entry that sentence illustrates, so they stay out of training
+    with it.  Nor does a phrase whose German is a held-out sentence but for case and final punctuation (the
+    same sentence on another line, with an English side that is not a sentence).  The longest phrases come
+    first (most German plus English words; ties in hash order), so a small ``count`` takes the most
+    sentence-like ones; the order depends on the file alone, not the seed."""
+    if count <= 0:
+        return Pairs([], [])
+
+    def loose(text: str) -> str:
+        return " ".join(text.lower().rstrip(".?!").split())
+
+    held_loose = {loose(d) for d in held_out}
+    seen: dict[tuple[str, str], None] = {}
+    for parts in _aligned_lines(path):
+        if any(d in held_out for d, _ in parts):
+            continue
+        for d, e in parts:
+            if d and e and not _is_sentence_pair(d, e) and loose(d) not in held_loose:
+                seen.setdefault((d, e), None)
+    ranked = sorted(seen, key=lambda p: (-(len(p[0].split()) + len(p[1].split())), _rank(f"{p[0]} :: {p[1]}")))
+    chosen = ranked[:count]
+    return Pairs([d for d, _ in chosen], [e for _, e in chosen])
 
 
 # --- HuggingFace ----------------------------------------------------------------------------------

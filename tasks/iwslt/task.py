@@ -70,12 +70,19 @@ class TranslationTask(Task):
         if bool(cfg.streaming) and self.source != "hf":
             raise UserError(f"{self.name}.streaming=true streams a HuggingFace split; {self.name}.source="
                             f"{self.source} is read whole (set {self.name}.source=hf or streaming=false)")
+        self._phrases = D.Pairs([], [])
+        if self.source != "trans-de-en" and int(cfg.ding_phrases):
+            raise UserError(f"{self.name}.ding_phrases={cfg.ding_phrases} adds the Ding dictionary's phrases to the "
+                            f"offline trans-de-en sentences; with {self.name}.source={self.source} set it to 0")
         if self.source == "trans-de-en":
             path = str(cfg.data_dir) or D.DING_PATH
             splits = D.ding_splits(path, int(cfg.valid_size), int(cfg.test_size))
             if str(cfg.eval_split) not in ("test", "validation"):
                 raise UserError(f"{self.name}.eval_split={cfg.eval_split}: trans-de-en has 'test' and 'validation'")
             self._train_pairs, self._eval_pairs = splits["train"], splits[str(cfg.eval_split)]
+            if int(cfg.ding_phrases):
+                held_out = set(splits["test"].src) | set(splits["validation"].src)
+                self._phrases = D.ding_phrases(path, held_out, int(cfg.ding_phrases))
             self._where = "debian trans-de-en" if not cfg.data_dir else path
         elif bool(cfg.streaming):
             ds, self._where = D.open_split(split=str(cfg.eval_split), streaming=True, **self._hf_source)
@@ -109,10 +116,15 @@ class TranslationTask(Task):
 
     @functools.cached_property
     def train_pairs(self) -> D.Pairs:
-        """trans-de-en: the training pairs as lists (``source=hf`` reads :attr:`_hf_train` instead)."""
+        """trans-de-en: the training pairs as lists (``source=hf`` reads :attr:`_hf_train` instead): the
+        sentences (their first ``train_samples``), then the ``ding_phrases`` dictionary phrases."""
         pairs = self._train_pairs
         limit = int(self.cfg.train_samples)
-        return D.Pairs(pairs.src[:limit], pairs.tgt[:limit]) if limit else pairs
+        if limit:
+            pairs = D.Pairs(pairs.src[:limit], pairs.tgt[:limit])
+        if len(self._phrases):
+            pairs = D.Pairs(pairs.src + self._phrases.src, pairs.tgt + self._phrases.tgt)
+        return pairs
 
     @functools.cached_property
     def _hf_train(self) -> tuple[Any, D.Columns]:
@@ -203,7 +215,9 @@ class TranslationTask(Task):
             return (f"{self._where} ({self.cfg.src_lang}-{self.cfg.tgt_lang}, {self.cfg.eval_split} streamed"
                     f"{f', first {limit}' if limit else ''})")
         n_eval = len(self._eval_pairs)
-        train = f"{len(self.train_pairs)} train, " if self.source == "trans-de-en" else ""
+        phrases = len(self._phrases)
+        train = (f"{len(self.train_pairs) - phrases} train{f' + {phrases} dictionary phrases' if phrases else ''}, "
+                 if self.source == "trans-de-en" else "")
         return f"{self._where} ({self.cfg.src_lang}-{self.cfg.tgt_lang}, {train}{self.cfg.eval_split} {n_eval})"
 
     @property
@@ -345,7 +359,7 @@ class TranslationTask(Task):
                     S_ED.forward)
         config = {**super().base_config(), "seq2seq_code": _source_hash(*training)}
         # Options added later leave the key of a model that does not use them as it was.
-        for option in ("pretrained", "dec_d_model"):
+        for option in ("pretrained", "dec_d_model", "ding_phrases"):
             if not config.get(option):
                 config.pop(option, None)
         if self.checkpoint is not None:
