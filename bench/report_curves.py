@@ -18,6 +18,8 @@ separate curves):
 * every other setting (e.g. ``iwslt.dropout=0.3``) against the default configuration at the same steps:
   Δ with one paired bootstrap over both curves' rows, better / worse / inconclusive by the claims' rule
   (seeds included), so that a calibration choice between settings rests on a CI, not on two point values;
+  a setting that changes the training data (its rows name another dataset, e.g. ``iwslt.ding_phrases``)
+  is compared with the default curve evaluated on the same test examples;
 * the task's declared :class:`bench.claims.BaseTarget` (``BASE_TARGET`` in ``tasks/<name>/claims.py``):
   a quality threshold (e.g. WER ≤ 0.30) and/or a doubling gain below which the base counts as trained
   to saturation, and the training time allowed.  Verdicts use the claims' rule
@@ -126,7 +128,7 @@ def _config_defaults(task: str) -> dict[str, object]:
 
 def task_defaults(task: str) -> dict[str, str]:
     """The task's config defaults as a curve setting (``<task>.<key>`` -> str), with the dense base size."""
-    out = {f"{task}.{k}": str(v) for k, v in _config_defaults(task).items() if k != "train_steps"}
+    out = {f"{task}.{k}": str(v) for k, v in _section(task, {}).items() if k != "train_steps"}
     if not out:
         return {}
     return {**out, "dense.width": "1.0", "dense.depth": "1.0", "eval_limit": "0",
@@ -157,13 +159,18 @@ def base_target(task: str):
     return target if target is not None and target.task == task else None
 
 
+def _section(task: str, stored: dict) -> dict:
+    """A row's task section (``stored``) completed with the task's defaults, without the keys added later at
+    their defaults (``results.without_added_defaults``): a key the row's config lacks was added to the task
+    after the row was made, with the behaviour before it as its default, so the row had that default."""
+    return results.without_added_defaults({task: {**_config_defaults(task), **stored}}, task)[task]
+
+
 def _curve_setting(config: dict, task: str) -> dict[str, str]:
     """What, beside ``train_steps``, decides a dense base row and its test set: the task section, the dense
     size, the training precision and ``eval_limit`` (threads, paths and timing change neither)."""
-    # a key the row's config lacks was added to the task after the row was made: options are added with
-    # the behaviour before them as their default, so the row had that default
-    stored = {**_config_defaults(task), **(config.get(task) or {})}
-    section = {f"{task}.{k}": str(v) for k, v in stored.items() if k != "train_steps"}
+    section = {f"{task}.{k}": str(v) for k, v in _section(task, config.get(task) or {}).items()
+               if k != "train_steps"}
     size = {f"dense.{k}": str(v) for k, v in (config.get("dense") or {}).items()}
     run = {k: str(config.get(k, d)) for k, d in {**results.IMPLICIT_DEFAULTS, "eval_limit": 0}.items()}
     return {**section, **size, **run}
@@ -231,16 +238,15 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
         keys = sorted(set(group["setting_key"]))
         for key in keys:
             rows = group[group["setting_key"] == key].reset_index(drop=True)
-            setting = ""
             is_default = _is_default(by_key[key], str(task))
-            if len(keys) > 1:  # name the keys that differ between this task's curves
-                others = [by_key[k] for k in keys]
-                differing = sorted(k for k in by_key[key] if len({o.get(k) for o in others}) > 1)
-                setting = ", ".join(f"{k}={by_key[key][k]}" for k in differing)
-            elif not is_default:  # alone on its dataset (a setting that changes the training data): what it changes
-                defaults = task_defaults(str(task))
-                setting = ", ".join(f"{k}={v}" for k, v in sorted(by_key[key].items())
-                                    if k in defaults and defaults[k] != v)
+            # named by the keys that differ between the curves of this dataset and, off the default
+            # configuration, by those it changes from the task's defaults (a dataset's curves may all change
+            # one, e.g. the training data)
+            others = [by_key[k] for k in keys]
+            defaults = {} if is_default else task_defaults(str(task))
+            differing = sorted(k for k in by_key[key] if len({o.get(k) for o in others}) > 1
+                               or (k in defaults and defaults[k] != by_key[key][k]))
+            setting = ", ".join(f"{k}={by_key[key][k]}" for k in differing)
             first = rows.iloc[0]
             minutes = {int(n): trainings.get((task, dataset, key, n), []) for n in set(rows["steps"])}
             curves.append(Curve(task=str(task), dataset=str(dataset), metric=str(first["metric"]),
@@ -351,12 +357,15 @@ class Comparison:
 
 def _same_examples(a: Curve, b: Curve) -> bool:
     """Whether two curves were evaluated on the same test examples: their first rows' per-sample files hold
-    the same example indices and the same targets (references, labels)."""
+    the same example indices, the same targets (references, labels) and, where both have them, the same
+    sources."""
     first = [next((c.unc.samples[k] for k in c.rows["row_key"] if k in c.unc.samples), None) for c in (a, b)]
     if first[0] is None or first[1] is None or len(first[0]) != len(first[1]):
         return False
-    columns = [c for c in ("index", "target") if c in first[0] and c in first[1]]
-    return bool(columns) and all(
+    if any(c not in f for c in ("index", "target") for f in first):
+        return False
+    columns = [c for c in ("index", "target", "source") if c in first[0] and c in first[1]]
+    return all(
         first[0][c].astype(str).tolist() == first[1][c].astype(str).tolist() for c in columns)
 
 

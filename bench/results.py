@@ -209,7 +209,8 @@ def without_added_defaults(config: dict[str, Any], task: str) -> dict[str, Any]:
 
 def identity_hash(config: dict[str, Any], method: str, task: str) -> str:
     """The config hash of a point: the resolved config without :data:`NON_RESULT_KEYS` (and without
-    :data:`IMPLICIT_DEFAULTS` or :data:`ADDED_TASK_DEFAULTS` at their defaults), with method and task."""
+    :data:`IMPLICIT_DEFAULTS`, :data:`ADDED_TASK_DEFAULTS` or the task's declared ``added_defaults`` at their
+    defaults), with method and task."""
     return stable_hash({"method": method, "task": task,
                         **{k: v for k, v in without_added_defaults(config, task).items() if k not in NON_RESULT_KEYS
                            and not (k in IMPLICIT_DEFAULTS and v == IMPLICIT_DEFAULTS[k])}})

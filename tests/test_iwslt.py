@@ -37,15 +37,21 @@ def test_ding_parsing_cleans_and_aligns(tmp_path):
     D.ding_pairs.cache_clear()
 
 
-# three sentence lines (each with a head word) and two phrase-only lines
+# six sentence lines (four with a head word) and phrase-only lines
 DING_PHRASES = """# Version :: test
 Haus {n} | Häuser {pl} :: house | houses
 laufen {vi} | Der Hund läuft sehr schnell. :: to run | The dog runs very fast.
 Katze {f} | Die Katze schläft hier. :: cat | The cat sleeps here.
 Baum {m} | Der Baum ist sehr alt. :: tree | The tree is very old.
+Buch {n} | Das Buch ist sehr gut. :: book | The book is very good.
+Es regnet heute sehr stark. :: It is raining very hard today.
+Wir fahren morgen nach Berlin. :: We are driving to Berlin tomorrow.
 einen Baum fällen [forest.] :: to fell a tree
 der Hund läuft sehr schnell :: the dog runs very fast
+keine Chance / nicht die geringste Chance haben :: to have no chance / not to stand a chance
 """
+HEAD_WORDS = {"Der Hund läuft sehr schnell.": "laufen", "Die Katze schläft hier.": "Katze",
+              "Der Baum ist sehr alt.": "Baum", "Das Buch ist sehr gut.": "Buch"}
 
 
 def test_ding_phrases_leave_out_held_out_lines_and_come_longest_first(tmp_path):
@@ -54,21 +60,20 @@ def test_ding_phrases_leave_out_held_out_lines_and_come_longest_first(tmp_path):
     D.ding_pairs.cache_clear()
     splits = D.ding_splits(str(path), valid_size=1, test_size=1)
     held = set(splits["test"].src) | set(splits["validation"].src)
-    assert len(held) == 2 and len(splits["train"]) == 1
-    head_words = {"Der Hund läuft sehr schnell.": "laufen", "Die Katze schläft hier.": "Katze",
-                  "Der Baum ist sehr alt.": "Baum"}
+    assert len(held) == 2 and len(splits["train"]) == 4
     phrases = D.ding_phrases(str(path), held, count=100)
-    # the head word of the training sentence's line is kept, those of the held-out sentences' lines are not
-    assert set(phrases.src) == {"Haus", "Häuser", "einen Baum fällen", head_words[splits["train"].src[0]]}
-    assert not set(phrases.src) & set(head_words[s] for s in held)
-    assert not set(phrases.src) & set(head_words)  # no sentence is a phrase
+    # the head words of the training sentences' lines are kept, those of the held-out sentences' lines are not
+    assert {HEAD_WORDS[s] for s in splits["train"].src if s in HEAD_WORDS} <= set(phrases.src)
+    assert not set(phrases.src) & {HEAD_WORDS[s] for s in held if s in HEAD_WORDS}
+    assert not set(phrases.src) & set(HEAD_WORDS)  # no sentence is a phrase
+    assert {"Haus", "Häuser", "einen Baum fällen"} <= set(phrases.src)
+    assert not [d for d in phrases.src if "/" in d]  # alternatives written with "/" are not plain text
     # the same sentence on another line, without its capital and full stop, is a phrase where it is not held out
     assert ("der Hund läuft sehr schnell" in phrases.src) == ("Der Hund läuft sehr schnell." not in held)
     assert "der Hund läuft sehr schnell" in D.ding_phrases(str(path), set(), count=100).src
     assert "der Hund läuft sehr schnell" not in D.ding_phrases(str(path), {"Der Hund läuft sehr schnell."}, 100).src
-    assert (phrases.src[0], phrases.tgt[0]) == ("einen Baum fällen", "to fell a tree")  # 7 words: first
     words = [len(d.split()) + len(e.split()) for d, e in zip(phrases.src, phrases.tgt)]
-    assert words == sorted(words, reverse=True)
+    assert words == sorted(words, reverse=True) and words[0] >= 7  # longest first
     two = D.ding_phrases(str(path), held, count=2)
     assert (two.src, two.tgt) == (phrases.src[:2], phrases.tgt[:2])
     assert len(D.ding_phrases(str(path), held, count=0)) == 0
@@ -77,26 +82,39 @@ def test_ding_phrases_leave_out_held_out_lines_and_come_longest_first(tmp_path):
 
 def test_ding_phrases_join_the_training_set_only(tmp_path):
     """The phrases follow the training sentences (the evaluation split is unchanged), the dataset says how
-    many there are, and they enter the base model's key; at 0 the key and the row identity are as before the
-    option existed (rows made without it keep their identity); with source=hf the option is one line."""
+    many there are, and they enter the base model's and the tokenizer's keys; at 0 the key and the row
+    identity are as before the option existed (rows made without it keep their identity); with source=hf
+    the option is one line."""
     from bench import results
 
     path = tmp_path / "de-en"
     path.write_text(DING_PHRASES, encoding="utf-8")
     D.ding_pairs.cache_clear()
-    common = (f"iwslt.data_dir={path}", "iwslt.valid_size=1", "iwslt.test_size=1", "iwslt.train_samples=0",
-              "iwslt.eval_samples=0")
-    plain, more = _task(tmp_path, *common), _task(tmp_path, *common, "iwslt.ding_phrases=2")
-    assert len(plain.train_pairs) == 1 and len(more.train_pairs) == 3
-    assert more.train_pairs.src[0] == plain.train_pairs.src[0]
-    assert more.train_pairs.src[1:] == D.ding_phrases(str(path), set(plain._eval_pairs.src) | set(
-        D.ding_splits(str(path), 1, 1)["validation"].src), 2).src
+    splits = D.ding_splits(str(path), 1, 1)
+    common = (f"iwslt.data_dir={path}", "iwslt.valid_size=1", "iwslt.test_size=1", "iwslt.eval_samples=0")
+    plain = _task(tmp_path, *common, "iwslt.train_samples=0")
+    more = _task(tmp_path, *common, "iwslt.train_samples=0", "iwslt.ding_phrases=2")
+    assert len(plain.train_pairs) == 4 and len(more.train_pairs) == 6
+    assert more.train_pairs.src[:4] == plain.train_pairs.src
+    held = set(splits["test"].src) | set(splits["validation"].src)
+    assert more.train_pairs.src[4:] == D.ding_phrases(str(path), held, 2).src
     assert more._eval_pairs == plain._eval_pairs
-    assert more.dataset.endswith("(de-en, 1 train + 2 dictionary phrases, test 1)")
-    assert plain.dataset.endswith("(de-en, 1 train, test 1)")
+    assert more.dataset.endswith("(de-en, 4 train + 2 dictionary phrases, test 1)")
+    assert plain.dataset.endswith("(de-en, 4 train, test 1)")
+    # every phrase: the head words of the validation and the test sentences' lines stay out
+    every = _task(tmp_path, *common, "iwslt.train_samples=0", "iwslt.ding_phrases=100")
+    assert HEAD_WORDS.get(splits["validation"].src[0], "-") not in every.train_pairs.src
+    assert HEAD_WORDS.get(splits["test"].src[0], "-") not in every.train_pairs.src
+    assert {HEAD_WORDS[s] for s in splits["train"].src if s in HEAD_WORDS} <= set(every.train_pairs.src)
+    # train_samples limits the sentences; the phrases are added in full, and the tokenizer's key tells
+    # 3 sentences + 1 phrase from 4 sentences (same count, same first three pairs)
+    few = _task(tmp_path, *common, "iwslt.train_samples=3", "iwslt.ding_phrases=1", "iwslt.vocab=60")
+    four = _task(tmp_path, *common, "iwslt.train_samples=4", "iwslt.vocab=60")
+    assert few.train_pairs.src == plain.train_pairs.src[:3] + more.train_pairs.src[4:5]
+    assert len(few.train_pairs) == len(four.train_pairs) and few.train_pairs.src[:3] == four.train_pairs.src[:3]
+    assert few.tokenizer.to_str() != four.tokenizer.to_str()
     assert "ding_phrases" not in plain.base_config() and more.base_config()["ding_phrases"] == 2
-    base = config.compose(["task=iwslt", "method=dense"])
-    as_dict = runner.plain(base)
+    as_dict = runner.plain(config.compose(["task=iwslt", "method=dense"]))
     without = {**as_dict, "iwslt": {k: v for k, v in as_dict["iwslt"].items() if k != "ding_phrases"}}
     assert as_dict["iwslt"]["ding_phrases"] == 0
     assert results.identity_hash(as_dict, "dense", "iwslt") == results.identity_hash(without, "dense", "iwslt")

@@ -20,7 +20,7 @@ N = 4000
 def _write(results_dir, steps: int, accuracy: float, seed: int, *, d_model: int | None = None, correct=None,
            threads: int = 2, eval_limit: int = 0, day: int | None = None, minutes: float | None = None,
            without: tuple[str, ...] = (), leaderboard: bool = False, width: float = 1.0, protocol: int | None = None,
-           device: str = "cpu", dataset: str = "toy images", target: int = 0):
+           device: str = "cpu", dataset: str = "toy images", target: int = 0, first_index: int = 0):
     """A dense imagenet row trained for ``steps`` under results_dir/curves (under results_dir itself, the
     leaderboard, with ``leaderboard``), scoring ``accuracy`` on N examples (the first round(accuracy·N)
     correct unless ``correct`` gives the mask)."""
@@ -45,7 +45,8 @@ def _write(results_dir, steps: int, accuracy: float, seed: int, *, d_model: int 
         dense_latency_b1_ms=math.nan, dense_throughput_per_s=math.nan, latency_b1_ratio=math.nan,
         throughput_ratio=math.nan, timing_rounds=0, params=1,
         **({} if protocol is None else {"protocol": protocol}))
-    samples = pd.DataFrame({"target": target, "prediction": 0, "score": score, "macs": 1.0, "index": np.arange(N)})
+    samples = pd.DataFrame({"target": target, "prediction": 0, "score": score, "macs": 1.0,
+                            "index": np.arange(first_index, first_index + N)})
     config_yaml = yaml.safe_dump({"seed": seed, "threads": threads, "eval_limit": eval_limit, "imagenet": config,
                                   "dense": {"width": width, "depth": 1.0}})
     return results.append(results_dir if leaderboard else results_dir / "curves", row,
@@ -210,16 +211,17 @@ def test_a_setting_that_changes_the_training_data_is_compared_on_the_same_test_e
         _write(tmp_path, default, 0.80, seed)
         _write(tmp_path, default, 0.85, seed, d_model=32, dataset="toy images + more training images")
         _write(tmp_path, default, 0.90, seed, d_model=48, dataset="other toy images", target=1)
+        _write(tmp_path, default, 0.90, seed, d_model=16, dataset="later toy images", first_index=N)
     curves = report_curves.load_curves(tmp_path)
     more = next(c for c in curves if c.dataset.endswith("more training images"))
     assert not more.is_default and more.setting == "imagenet.d_model=32"
     compared = {c.setting: c for c in report_curves.compare_settings(curves, tmp_path)}
-    assert set(compared) == {"imagenet.d_model=32", "imagenet.d_model=48"}
+    assert set(compared) == {"imagenet.d_model=32", "imagenet.d_model=48", "imagenet.d_model=16"}
     better = compared["imagenet.d_model=32"]
     assert better.delta == pytest.approx(0.05) and better.low > 0 and better.verdict == "better"
     assert better.seed_deltas == {0: pytest.approx(0.05), 1: pytest.approx(0.05)}
-    other = compared["imagenet.d_model=48"]
-    assert other.verdict.startswith("not compared") and math.isnan(other.delta)
+    for other in (compared["imagenet.d_model=48"], compared["imagenet.d_model=16"]):  # other targets, examples
+        assert other.verdict.startswith("not compared") and math.isnan(other.delta)
 
 
 def test_consecutive_steps_that_are_not_a_doubling_get_a_gain_but_no_target(tmp_path):

@@ -65,9 +65,10 @@ class TranslationConfig:
     streaming: bool = param(False, help="hf: read the eval split as a streamed HuggingFace IterableDataset, "
                                         "tokenised a batch at a time (only the raw sources/references are "
                                         "kept); batches in file order, not sorted by length (more padding)")
-    train_samples: int = param(0, min=0, help="use the first N training pairs only (0 = all; tests)")
-    ding_phrases: int = param(0, min=0, help="trans-de-en: add the dictionary's N longest phrase pairs (its "
-                                             "non-sentence entries, none from a line holding a validation or "
+    train_samples: int = param(0, min=0, help="use the first N training sentence pairs only (0 = all; tests); "
+                                              "ding_phrases are added in full")
+    ding_phrases: int = param(0, min=0, help="trans-de-en: add the dictionary's N longest plain phrase pairs "
+                                             "(its non-sentence entries, none from a line holding a validation or "
                                              "test sentence) to the training sentences (0 = sentences only)")
     pretrained: str = param("", help="checkpoint directory for the dense base model: HuggingFace Marian "
                                      "(config.json, model.safetensors, source.spm, target.spm, vocab.json) or "

@@ -111,9 +111,11 @@ def ding_phrases(path: str, held_out: set[str], count: int) -> Pairs:
     A line that holds a held-out German sentence (``held_out``: the validation and test sentences) gives no
     phrase: its head words are the dictionary entry that sentence illustrates, so they stay out of training
     with it.  Nor does a phrase whose German is a held-out sentence but for case and final punctuation (the
-    same sentence on another line, with an English side that is not a sentence).  The longest phrases come
-    first (most German plus English words; ties in hash order), so a small ``count`` takes the most
-    sentence-like ones; the order depends on the file alone, not the seed."""
+    same sentence on another line, with an English side that is not a sentence).  Only plain text is kept: a
+    part that lists alternatives with ``/`` ("nicht den Hauch/den Funken einer Chance haben") or elides with
+    ``…`` is not a translation of itself.  The longest phrases come first (most German plus English words;
+    ties in hash order), so a small ``count`` takes the multi-word idioms and phrases before the head words;
+    the order depends on the file alone, not the seed."""
     if count <= 0:
         return Pairs([], [])
 
@@ -126,7 +128,8 @@ def ding_phrases(path: str, held_out: set[str], count: int) -> Pairs:
         if any(d in held_out for d, _ in parts):
             continue
         for d, e in parts:
-            if d and e and not _is_sentence_pair(d, e) and loose(d) not in held_loose:
+            if d and e and not _is_sentence_pair(d, e) and loose(d) not in held_loose \
+                    and not any(mark in d + e for mark in ("/", "…", "...")):
                 seen.setdefault((d, e), None)
     ranked = sorted(seen, key=lambda p: (-(len(p[0].split()) + len(p[1].split())), _rank(f"{p[0]} :: {p[1]}")))
     chosen = ranked[:count]

@@ -150,6 +150,8 @@ class TranslationTask(Task):
             n, first, texts = len(ds), src + tgt, D.text_stream(ds, cols)
         key = {"where": self._where, "n": n, "first": first, "vocab": int(self.cfg.vocab),
                "code": _source_hash(D.train_bpe)}
+        if len(self._phrases):  # n alone cannot tell N sentences + phrases from N + M sentences (train_samples)
+            key["phrases"] = [len(self._phrases), self._phrases.src[:3], self._phrases.tgt[:3]]
         path = self.run.stage_path("tokenizer", f"bpe{int(self.cfg.vocab)}", key).with_suffix(".json")
         # train_bpe's source is hashed into this key: it is left as it was, annotation included, although
         # tokenizers' train_from_iterator takes any iterator of strings (the text_stream generator).
