@@ -13,13 +13,24 @@ from pathlib import Path
 PACKAGES = ["torch", "numpy", "pandas", "hydra-core", "omegaconf", "datasets", "triton", "scikit-learn"]
 
 
-def _git(*args: str) -> str:
+ROOT = Path(__file__).resolve().parent.parent
+# Tracked files that runs and reports write, not code: a change to them leaves the tree clean (the rows, the
+# reports, and the campaign's log of its commands' wall times, which it appends to before each command).
+NOT_CODE = ("results", "reports", "scripts/campaign_times.tsv")
+
+
+def _git(*args: str, cwd: Path = ROOT) -> str:
     try:
-        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
-                             cwd=Path(__file__).resolve().parent.parent)
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10, cwd=cwd)
         return out.stdout.strip() if out.returncode == 0 else ""
     except (OSError, subprocess.TimeoutExpired):
         return ""
+
+
+def tree_dirty(root: Path) -> bool:
+    """True when tracked files of the checkout at ``root`` differ from HEAD, :data:`NOT_CODE` aside."""
+    return bool(_git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                     *(f":!{path}" for path in NOT_CODE), cwd=root))
 
 
 @functools.cache
@@ -30,9 +41,8 @@ def git_sha() -> str:
 
 @functools.cache
 def git_dirty() -> bool:
-    """True when tracked code differs from HEAD (result and report files do not count)."""
-    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!results", ":!reports")
-    return bool(status)
+    """True when tracked code differs from HEAD (result, report and campaign-log files do not count)."""
+    return tree_dirty(ROOT)
 
 
 def versions() -> str:
