@@ -148,6 +148,8 @@ CALIBRATION: list[Point] = [
     # sentence pairs): the dictionary's 20,000 longest phrase pairs, about as many as the sentences, added
     # to training at the default steps.  A gain that excludes zero reopens iwslt's default (SETTLED).
     _p("iwslt", "method=dense", "iwslt.ding_phrases=20000", *CURVES),
+    # the same at half the steps, beside the default's 5,000-step point (run first, in the tail of a session)
+    _p("iwslt", "method=dense", "iwslt.ding_phrases=20000", "iwslt.train_steps=5000", *CURVES),
     # imagenet's method budget (imagenet.method_steps, 2,345 = 5 epochs, 3% of the base's 75,040 steps):
     # ACM at β 0.4 with 2x, 4x and 8x of it, against the leaderboard's point at 1x (reports/curves.md,
     # method budgets): whether a method's loss against the dense base is a method-budget artefact.  They run
