@@ -239,14 +239,43 @@ def test_evaluation_holds_one_batch_at_a_time(tmp_path):
 
 
 # --- numerics kept: trainer digests and counted MACs ------------------------------------------------------
-@pytest.mark.parametrize("method,task,extra,expected", [
-    # digests from the trainer before the protocol and DDP changes (e97de12: 2047…; the RNN has no attention)
-    # and from the trainer before DDP, with SDPA attention (df2e…, 2fcc…)
-    ("act", "parity", ("parity.variant=vector",), "20478196e97c6ae6"),
-    ("dense", "imagenet", (), "df2eadda14dec3d5"),
-    ("early_exit", "imagenet", (), "2fccb06a512029b1"),
+def _cpu_vendor() -> str:
+    """The processor's vendor (``vendor_id`` in /proc/cpuinfo), or the platform's processor string."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+# fp32 training is bit-identical run to run on one processor, but not between processor models: the CPU
+# kernels (oneDNN, MKL) pick their code paths by processor, so the same steps round differently on an Intel
+# Xeon and an AMD EPYC (the commonvoice base's WER differs between the two, reports/curves.md).  A digest
+# therefore holds on the processor kind it was recorded on.
+DIGESTS = {
+    # Intel Xeon: the trainer before the protocol and DDP changes (e97de12: 2047…; the RNN has no attention)
+    # and the trainer before DDP, with SDPA attention (df2e…, 2fcc…)
+    "GenuineIntel": {"act": "20478196e97c6ae6", "dense": "df2eadda14dec3d5", "early_exit": "2fccb06a512029b1"},
+    # AMD EPYC: recorded from the trainer of 888c13a (the same three digests at abf982b); the trainers
+    # before DDP never ran on this processor, so here the test guards later changes only
+    "AuthenticAMD": {"act": "e0f37b676f5be9b5", "dense": "1333a857d1b58396", "early_exit": "a0bce128e6160b2f"},
+}
+
+
+@pytest.mark.parametrize("method,task,extra", [
+    ("act", "parity", ("parity.variant=vector",)),
+    ("dense", "imagenet", ()),
+    ("early_exit", "imagenet", ()),
 ])
-def test_single_process_fp32_weights_are_bit_identical(tmp_path, method, task, extra, expected):
+def test_single_process_fp32_weights_are_bit_identical(tmp_path, method, task, extra):
+    vendor = _cpu_vendor()
+    if vendor not in DIGESTS:
+        pytest.skip(f"no trainer digest recorded for processors of vendor {vendor!r} (DIGESTS)")
+    expected = DIGESTS[vendor][method]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
