@@ -240,6 +240,9 @@ SIGINT_AT = textwrap.dedent('''
     import os, signal, sys
     from tasks.parity.task import ParityTask
 
+    # Python's KeyboardInterrupt handler, even where the process started with SIGINT ignored (a shell's
+    # background job, e.g. the test suite started with '&', passes SIG_IGN on; Python then installs none)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     where, at = os.environ["SIGINT_WHERE"], int(os.environ["SIGINT_AT"])
     train_batch, score = ParityTask.train_batch, ParityTask.score
 
