@@ -179,7 +179,9 @@ def _curve_setting(config: dict, task: str) -> dict[str, str]:
 def _is_default(setting: dict[str, str], task: str) -> bool:
     """Whether a curve setting is the task's default configuration (every key at its default)."""
     defaults = task_defaults(task)
-    return bool(defaults) and all(setting.get(k) == v for k, v in defaults.items())
+    # a task key the defaults lack is one added later, set off its default (_section drops it at its default)
+    added = [k for k in setting if k.startswith(f"{task}.") and k not in defaults]
+    return bool(defaults) and not added and all(setting.get(k) == v for k, v in defaults.items())
 
 
 def load_curves(results_dir: Path | str) -> list[Curve]:
@@ -245,7 +247,8 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
             others = [by_key[k] for k in keys]
             defaults = {} if is_default else task_defaults(str(task))
             differing = sorted(k for k in by_key[key] if len({o.get(k) for o in others}) > 1
-                               or (k in defaults and defaults[k] != by_key[key][k]))
+                               or (k in defaults and defaults[k] != by_key[key][k])
+                               or (defaults and k.startswith(f"{task}.") and k not in defaults))
             setting = ", ".join(f"{k}={by_key[key][k]}" for k in differing)
             first = rows.iloc[0]
             minutes = {int(n): trainings.get((task, dataset, key, n), []) for n in set(rows["steps"])}

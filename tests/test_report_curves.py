@@ -20,7 +20,8 @@ N = 4000
 def _write(results_dir, steps: int, accuracy: float, seed: int, *, d_model: int | None = None, correct=None,
            threads: int = 2, eval_limit: int = 0, day: int | None = None, minutes: float | None = None,
            without: tuple[str, ...] = (), leaderboard: bool = False, width: float = 1.0, protocol: int | None = None,
-           device: str = "cpu", dataset: str = "toy images", target: int = 0, first_index: int = 0):
+           device: str = "cpu", dataset: str = "toy images", target: int = 0, first_index: int = 0,
+           keys: dict | None = None):
     """A dense imagenet row trained for ``steps`` under results_dir/curves (under results_dir itself, the
     leaderboard, with ``leaderboard``), scoring ``accuracy`` on N examples (the first round(accuracy·N)
     correct unless ``correct`` gives the mask)."""
@@ -29,6 +30,7 @@ def _write(results_dir, steps: int, accuracy: float, seed: int, *, d_model: int 
     config["train_steps"] = steps
     if d_model is not None:
         config["d_model"] = d_model
+    config.update(keys or {})
     for key in without:  # a row made before the key existed
         config.pop(key)
     row = results.ResultRow(
@@ -212,10 +214,17 @@ def test_a_setting_that_changes_the_training_data_is_compared_on_the_same_test_e
         _write(tmp_path, default, 0.85, seed, d_model=32, dataset="toy images + more training images")
         _write(tmp_path, default, 0.90, seed, d_model=48, dataset="other toy images", target=1)
         _write(tmp_path, default, 0.90, seed, d_model=16, dataset="later toy images", first_index=N)
+        # a key added later (bench.results.ADDED_TASK_DEFAULTS), off its default: not the default curve
+        _write(tmp_path, default, 0.75, seed, threads=1, dataset="streamed toy images", keys={"streaming": True})
     curves = report_curves.load_curves(tmp_path)
     more = next(c for c in curves if c.dataset.endswith("more training images"))
     assert not more.is_default and more.setting == "imagenet.d_model=32"
     compared = {c.setting: c for c in report_curves.compare_settings(curves, tmp_path)}
+    streamed = next(c for c in curves if c.dataset == "streamed toy images")
+    assert not streamed.is_default and streamed.setting == "imagenet.streaming=True"
+    compared = {c.setting: c for c in report_curves.compare_settings(curves, tmp_path)}
+    assert compared["imagenet.streaming=True"].delta == pytest.approx(-0.05)
+    del compared["imagenet.streaming=True"]
     assert set(compared) == {"imagenet.d_model=32", "imagenet.d_model=48", "imagenet.d_model=16"}
     better = compared["imagenet.d_model=32"]
     assert better.delta == pytest.approx(0.05) and better.low > 0 and better.verdict == "better"
