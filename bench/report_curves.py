@@ -128,7 +128,7 @@ def _config_defaults(task: str) -> dict[str, object]:
 
 def task_defaults(task: str) -> dict[str, str]:
     """The task's config defaults as a curve setting (``<task>.<key>`` -> str), with the dense base size."""
-    out = {f"{task}.{k}": str(v) for k, v in _section(task, {}).items() if k != "train_steps"}
+    out = {f"{task}.{k}": str(v) for k, v in _config_defaults(task).items() if k != "train_steps"}
     if not out:
         return {}
     return {**out, "dense.width": "1.0", "dense.depth": "1.0", "eval_limit": "0",
@@ -159,18 +159,13 @@ def base_target(task: str):
     return target if target is not None and target.task == task else None
 
 
-def _section(task: str, stored: dict) -> dict:
-    """A row's task section (``stored``) completed with the task's defaults, without the keys added later at
-    their defaults (``results.without_added_defaults``): a key the row's config lacks was added to the task
-    after the row was made, with the behaviour before it as its default, so the row had that default."""
-    return results.without_added_defaults({task: {**_config_defaults(task), **stored}}, task)[task]
-
-
 def _curve_setting(config: dict, task: str) -> dict[str, str]:
     """What, beside ``train_steps``, decides a dense base row and its test set: the task section, the dense
     size, the training precision and ``eval_limit`` (threads, paths and timing change neither)."""
-    section = {f"{task}.{k}": str(v) for k, v in _section(task, config.get(task) or {}).items()
-               if k != "train_steps"}
+    # a key the row's config lacks was added to the task after the row was made: options are added with
+    # the behaviour before them as their default, so the row had that default
+    stored = {**_config_defaults(task), **(config.get(task) or {})}
+    section = {f"{task}.{k}": str(v) for k, v in stored.items() if k != "train_steps"}
     size = {f"dense.{k}": str(v) for k, v in (config.get("dense") or {}).items()}
     run = {k: str(config.get(k, d)) for k, d in {**results.IMPLICIT_DEFAULTS, "eval_limit": 0}.items()}
     return {**section, **size, **run}
@@ -179,9 +174,7 @@ def _curve_setting(config: dict, task: str) -> dict[str, str]:
 def _is_default(setting: dict[str, str], task: str) -> bool:
     """Whether a curve setting is the task's default configuration (every key at its default)."""
     defaults = task_defaults(task)
-    # a task key the defaults lack is one added later, set off its default (_section drops it at its default)
-    added = [k for k in setting if k.startswith(f"{task}.") and k not in defaults]
-    return bool(defaults) and not added and all(setting.get(k) == v for k, v in defaults.items())
+    return bool(defaults) and all(setting.get(k) == v for k, v in defaults.items())
 
 
 def load_curves(results_dir: Path | str) -> list[Curve]:
@@ -247,8 +240,7 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
             others = [by_key[k] for k in keys]
             defaults = {} if is_default else task_defaults(str(task))
             differing = sorted(k for k in by_key[key] if len({o.get(k) for o in others}) > 1
-                               or (k in defaults and defaults[k] != by_key[key][k])
-                               or (defaults and k.startswith(f"{task}.") and k not in defaults))
+                               or (k in defaults and defaults[k] != by_key[key][k]))
             setting = ", ".join(f"{k}={by_key[key][k]}" for k in differing)
             first = rows.iloc[0]
             minutes = {int(n): trainings.get((task, dataset, key, n), []) for n in set(rows["steps"])}
