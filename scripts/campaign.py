@@ -11,7 +11,8 @@ continues where it stopped: on the same machine, exactly; on a later session's f
 was committed (the rows, and the recorded wall times in :data:`TIMES`), since ``.cache`` (checkpoints,
 trained bases) does not outlive the machine.
 ``--until HH:MM`` (UTC) starts no new command after that time (the next occurrence of it: a time already
-past today means tomorrow), nor one whose recorded wall time (:data:`TIMES`) would carry it past that time:
+past today means tomorrow), nor one whose recorded wall time (:data:`TIMES`; for a point
+not timed there, the training time in its committed rows, a lower bound) would carry it past that time:
 a session's machine does not outlive the session, so a training cut off at its end is lost, checkpoint and
 all.  ``--seeds`` and ``--task`` restrict it.
 
@@ -291,6 +292,8 @@ class Progress:
     commands: int
     done: int = 0
     left_estimate_s: float = 0.0
+    left_trained_s: float = 0.0  # the rows' training time of points the times file has not timed
+    left_trained: int = 0
     left_unmeasured: int = 0
     unknown: int = 0  # commands has_rows cannot judge (bench run would report why)
 
@@ -298,7 +301,9 @@ class Progress:
         left = self.commands - self.done - self.unknown
         return (f"{self.task} seed {self.seed}: {self.done}/{self.commands} commands have rows; left: {left}"
                 + (f", {self.left_estimate_s / 3600:.1f} h estimated from the same points' recorded wall time"
-                   if left > self.left_unmeasured else "")
+                   if left > self.left_unmeasured + self.left_trained else "")
+                + (f", {self.left_trained} more training at least {self.left_trained_s / 3600:.1f} h by the same "
+                   "points' rows" if self.left_trained else "")
                 + (f", {self.left_unmeasured} with no recorded time" if self.left_unmeasured else "")
                 + (f"; {self.unknown} cannot be judged (run them to see why)" if self.unknown else ""))
 
@@ -312,6 +317,40 @@ def estimates(times: dict[tuple[str, int], float]) -> dict[str, float]:
     return measured
 
 
+def row_train_times(results_dirs=(ROOT / "results", ROOT / "results" / "curves")) -> dict[str, float]:
+    """Point id -> the longest training time of the committed dense rows its command made at any seed: the
+    estimate of a point the times file has not timed (rows made before it existed, or by a command that was
+    interrupted and resumed).  A lower bound of the command's wall time, which adds the evaluation and the
+    timing.
+
+    A row's ``train_time_s`` counts every stage its run used, cached ones included (bench/run.py): a static
+    size's timed run loads its task's dense base (the timing's reference), trained by an earlier command, so
+    the same seed's base row's time is taken off; a method's rows count the base it fine-tunes, so they
+    estimate nothing (dense rows only).  A row whose command is not a campaign command line does not match,
+    nor a timed static size whose seed has no base row."""
+    import pandas as pd
+
+    from bench import results
+
+    bases = {shlex.join(command(0, PLAN[task][0])[:-1]): task for task in PLAN}
+    frame = pd.concat([results.load(directory) for directory in results_dirs], ignore_index=True)
+    dense = frame[(frame["method"] == "dense") & frame["command"].notna() & frame["train_time_s"].notna()]
+    split = dense["command"].str.rpartition(" ")
+    dense = dense.assign(point=split[0], seed_arg=split[2])
+    dense = dense[dense["seed_arg"].str.startswith("seed=")].drop_duplicates(["point", "seed_arg"])
+    base_time = {(bases[point], seed): t for point, seed, t in zip(dense["point"], dense["seed_arg"],
+                                                                   dense["train_time_s"]) if point in bases}
+    out: dict[str, float] = {}
+    for point, task, seed, seconds, latency in zip(dense["point"], dense["task"], dense["seed_arg"],
+                                                    dense["train_time_s"], dense["latency_b1_ms"]):
+        if point not in bases and latency == latency:  # timed (latency not NaN): the base was loaded
+            if (task, seed) not in base_time:
+                continue
+            seconds -= base_time[(task, seed)]
+        out[point] = max(float(seconds), out.get(point, 0.0))
+    return out
+
+
 def ends_in_time(now: dt.datetime, stop: dt.datetime | None, estimate_s: float | None) -> bool:
     """Whether a command may start at ``now`` under ``--until`` (``stop``): not after the stop time, and not
     when its estimated wall time would carry it past the stop time.  A command with no recorded time starts
@@ -321,9 +360,12 @@ def ends_in_time(now: dt.datetime, stop: dt.datetime | None, estimate_s: float |
     return now < stop and (estimate_s is None or now + dt.timedelta(seconds=estimate_s) <= stop)
 
 
-def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float]) -> list[Progress]:
-    """Per task (in :data:`TASK_ORDER`) and seed, the progress of ``plan``."""
+def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
+             trained: dict[str, float] | None = None) -> list[Progress]:
+    """Per task (in :data:`TASK_ORDER`) and seed, the progress of ``plan``; ``trained`` is
+    :func:`row_train_times`, for the points the times file has not timed."""
     measured = estimates(times)
+    trained = trained or {}
     out = []
     for task in [t for t in TASK_ORDER if any(point.task == t for _, point in plan)]:
         for seed in sorted({s for s, point in plan if point.task == task}):
@@ -336,19 +378,25 @@ def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float])
                     row.unknown += 1
                 elif point_id(point) in measured:
                     row.left_estimate_s += measured[point_id(point)]
+                elif point_id(point) in trained:
+                    row.left_trained_s += trained[point_id(point)]
+                    row.left_trained += 1
                 else:
                     row.left_unmeasured += 1
             out.append(row)
     return out
 
 
-def status(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float]) -> list[str]:
+def status(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
+           trained: dict[str, float] | None = None) -> list[str]:
     """The lines ``--status`` prints: :func:`progress` per task and seed, then the totals."""
-    rows = progress(plan, times)
+    rows = progress(plan, times, trained)
     return [r.line() for r in rows] + [
         f"total: {sum(r.done for r in rows)}/{len(plan)} commands have rows; left: "
-        f"{sum(r.left_estimate_s for r in rows) / 3600:.1f} h estimated + {sum(r.left_unmeasured for r in rows)} "
-        "commands with no recorded time (wall time of the campaign's commands that ran start to finish)"
+        f"{sum(r.left_estimate_s for r in rows) / 3600:.1f} h estimated (wall time of the campaign's commands "
+        f"that ran start to finish) + {sum(r.left_trained for r in rows)} commands training at least "
+        f"{sum(r.left_trained_s for r in rows) / 3600:.1f} h (their points' rows' training time) + "
+        f"{sum(r.left_unmeasured for r in rows)} commands with no recorded time"
         + (f"; {sum(r.unknown for r in rows)} cannot be judged" if any(r.unknown for r in rows) else "")]
 
 
@@ -369,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = planned(seeds, tuple(t for t in TASK_ORDER if not args.task or t in args.task))
     times = Path(args.times)
     if args.status:
-        print("\n".join(status(plan, read_times(times))))
+        print("\n".join(status(plan, read_times(times), row_train_times())))
         return 0
     if args.list:
         print("\n".join(shlex.join(command(seed, point)) for seed, point in plan))
@@ -382,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         if stop <= now:
             stop += dt.timedelta(days=1)
     expected = estimates(read_times(times))
+    trained = {point: seconds for point, seconds in row_train_times().items() if point not in expected}
     failed = 0
     for i, (seed, point) in enumerate(plan, 1):
         line = command(seed, point)
@@ -390,9 +439,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         # the plan's order matters (a method fine-tunes the base before it), so the campaign stops at the
         # first command that does not fit rather than looking for a later one that does
-        estimate = expected.get(point_id(point))
+        estimate = expected.get(point_id(point), trained.get(point_id(point)))
         if not ends_in_time(dt.datetime.now(dt.timezone.utc), stop, estimate):
-            why = "reached" if estimate is None else f"would be passed (about {estimate / 60:.0f} min recorded)"
+            source = "recorded" if point_id(point) in expected else "of training in its rows"
+            why = "reached" if estimate is None else f"would be passed (about {estimate / 60:.0f} min {source})"
             print(f"[campaign] {args.until} UTC {why}: stopping before command {i}/{len(plan)}", flush=True)
             break
         record(times, seed, point, START)

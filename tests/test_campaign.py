@@ -160,3 +160,50 @@ def test_campaign_stops_before_a_command_that_would_run_past_until(tmp_path, mon
     fresh = tmp_path / "none.tsv"
     campaign.main([*args[:-1], str(fresh)])  # no recorded times: every command starts (the loop runs them all)
     assert ran and ran[0][-1] == f"seed={seed}"
+
+
+def test_points_the_times_file_has_not_timed_are_estimated_by_their_dense_rows(tmp_path, monkeypatch, capsys):
+    """A dense point the times file lacks is estimated by its rows' training time (the longest seed), less
+    the same seed's base where the row was timed (its run loaded the base, and counts its training); the
+    estimate applies under ``--until`` too.  A method's rows count the base it fine-tunes, so they estimate
+    nothing."""
+    import dataclasses
+    import datetime as dt
+    import math
+    import shlex
+
+    from bench import results
+
+    campaign = _campaign()
+    base = campaign.PLAN["parity"][0]
+    static, untimed, method = (campaign.Point("parity", (f"method={m}", *rest)) for m, rest in
+                               (("dense", ("dense.depth=2",)), ("dense", ("dense.depth=4", "timing=false")),
+                                ("act", ("dense.depth=2",))))
+    blank = {f.name: (0.0 if f.type == "float" else 0 if f.type == "int" else False if f.type == "bool" else "x")
+             for f in dataclasses.fields(results.ResultRow)}
+    made = [(base, 0, 100.0), (base, 1, 300.0), (static, 0, 700.0), (static, 1, 800.0), (static, 2, 2000.0),
+            (untimed, 0, 400.0), (method, 0, 1200.0)]  # seed 2 of the static size has no base row
+    for i, (point, seed, seconds) in enumerate(made):
+        row = results.ResultRow(**{**blank, "method": point.overrides[0][7:], "task": "parity", "seed": seed,
+                                   "train_time_s": seconds, "schema_version": results.SCHEMA_VERSION,
+                                   "latency_b1_ms": math.nan if point is untimed else 1.0,
+                                   "command": shlex.join(campaign.command(seed, point))})
+        results.append(tmp_path, row, f"r{i}")
+    trained = campaign.row_train_times((tmp_path,))
+    assert trained == {campaign.point_id(base): 300.0, campaign.point_id(static): 600.0,
+                       campaign.point_id(untimed): 400.0}
+
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
+    first = campaign.progress([(2, static), (2, method)], {}, trained)[0]
+    assert (first.left_trained, first.left_trained_s, first.left_unmeasured) == (1, 600.0, 1)
+    assert "1 more training at least 0.2 h by the same points' rows" in first.line()
+
+    ran = []
+    monkeypatch.setattr(campaign, "row_train_times", lambda: trained)
+    monkeypatch.setattr(campaign, "planned", lambda seeds, tasks: [(2, static), (2, method)])
+    monkeypatch.setattr(campaign.subprocess, "run",
+                        lambda line, cwd: ran.append(line) or type("Done", (), {"returncode": 0})())
+    until = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=9)).strftime("%H:%M")
+    assert campaign.main(["--until", until, "--times", str(tmp_path / "none.tsv")]) == 0 and ran == []
+    assert "would be passed (about 10 min of training in its rows): stopping before command 1/2" in \
+        capsys.readouterr().out
