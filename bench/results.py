@@ -87,6 +87,9 @@ class ResultRow:
     # size and training
     params: int
     train_budget: str
+    # wall seconds of the stages the row's model is made of (cached ones count theirs: a method counts the base
+    # it fine-tunes); not the dense base a static size's run loads as its timing reference (rows before the
+    # commit that says so counted it)
     train_time_s: float
     # provenance
     run_id: str

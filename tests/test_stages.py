@@ -126,3 +126,20 @@ def test_every_registered_method_declares_its_protocol(tmp_path):
             first = int(task_impl.base_budget()["steps"]) if plan.starts_from == "base" else 0
             assert offsets[0] == first, name
     assert {"acm", "moefication", "avit", "early_exit", "dat", "cct", "adatape", "act", "dense"} <= done
+
+
+def test_a_rows_training_time_is_its_models_stages_not_the_timing_reference(tmp_path):
+    """A static size's run loads the dense base as its timing reference; its row's ``train_time_s`` is its
+    own stage's time (the checkpoint's), not that plus the base's."""
+    from helpers import compose_tiny
+
+    from bench import checkpoints
+
+    base_rows = runner.run(compose_tiny("dense", "parity", tmp_path), "dense", "parity", command="test")
+    static_rows = runner.run(compose_tiny("dense", "parity", tmp_path, "dense.width=0.5"), "dense", "parity",
+                             command="test")
+    stage_time = {path.name.split("-")[0]: checkpoints.read(path, checkpoints.FINAL_KEYS)["time_s"]
+                  for path in (tmp_path / "cache" / "parity" / "dense").glob("*.pt")}
+    assert set(stage_time) == {"w1.0", "w0.5"}
+    base, static = (pd.read_csv(rows[0]).iloc[0]["train_time_s"] for rows in (base_rows, static_rows))
+    assert base == pytest.approx(stage_time["w1.0"]) and static == pytest.approx(stage_time["w0.5"])
