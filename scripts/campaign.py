@@ -317,16 +317,27 @@ def estimates(times: dict[tuple[str, int], float]) -> dict[str, float]:
     return measured
 
 
+# The commit from which a row's train_time_s leaves out the dense base a static size's run loads as its
+# timing reference (bench/runner.py); rows made by earlier code count it.
+OWN_TRAIN_TIME = "125457b6ed4fe8180106c22fe1d586ae295f3294"
+
+
+def _descends(ancestor: str, sha: str) -> bool:
+    """Whether commit ``sha`` has ``ancestor`` in its history (False for a commit this clone lacks)."""
+    return subprocess.call(["git", "merge-base", "--is-ancestor", ancestor, str(sha)], cwd=ROOT,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
+
+
 def row_train_times(results_dirs=(ROOT / "results", ROOT / "results" / "curves")) -> dict[str, float]:
     """Point id -> the longest training time of the committed dense rows its command made at any seed: the
     estimate of a point the times file has not timed (rows made before it existed, or by a command that was
     interrupted and resumed).  A lower bound of the command's wall time, which adds the evaluation and the
     timing.
 
-    A row's ``train_time_s`` counts every stage its run used, cached ones included (bench/run.py): a static
-    size's timed run loads its task's dense base (the timing's reference), trained by an earlier command, so
-    the same seed's base row's time is taken off; a method's rows count the base it fine-tunes, so they
-    estimate nothing (dense rows only).  A row whose command is not a campaign command line does not match,
+    A row's ``train_time_s`` counts the stages its model is made of, cached ones included: a method's rows
+    count the base it fine-tunes, trained by an earlier command, so they estimate nothing (dense rows only).
+    Before :data:`OWN_TRAIN_TIME` a static size's timed run also counted the dense base it loads as the
+    timing's reference: the same seed's base row's time is taken off those rows.  A row whose command is not a campaign command line does not match,
     nor a timed static size whose seed has no base row."""
     import pandas as pd
 
@@ -340,10 +351,13 @@ def row_train_times(results_dirs=(ROOT / "results", ROOT / "results" / "curves")
     dense = dense[dense["seed_arg"].str.startswith("seed=")].drop_duplicates(["point", "seed_arg"])
     base_time = {(bases[point], seed): t for point, seed, t in zip(dense["point"], dense["seed_arg"],
                                                                    dense["train_time_s"]) if point in bases}
+    counted_reference = {sha: not _descends(OWN_TRAIN_TIME, sha) for sha in set(dense["git_sha"])}
     out: dict[str, float] = {}
-    for point, task, seed, seconds, latency in zip(dense["point"], dense["task"], dense["seed_arg"],
-                                                    dense["train_time_s"], dense["latency_b1_ms"]):
-        if point not in bases and latency == latency:  # timed (latency not NaN): the base was loaded
+    for point, task, seed, seconds, latency, sha in zip(dense["point"], dense["task"], dense["seed_arg"],
+                                                         dense["train_time_s"], dense["latency_b1_ms"],
+                                                         dense["git_sha"]):
+        # timed (latency not NaN): the run loaded the base, which its code before OWN_TRAIN_TIME counted
+        if point not in bases and latency == latency and counted_reference[sha]:
             if (task, seed) not in base_time:
                 continue
             seconds -= base_time[(task, seed)]

@@ -147,6 +147,7 @@ def test_campaign_stops_before_a_command_that_would_run_past_until(tmp_path, mon
     campaign = _campaign()
     ran = []
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
+    monkeypatch.setattr(campaign, "row_train_times", lambda: {})  # not the repository's rows
     monkeypatch.setattr(campaign.subprocess, "run",
                         lambda line, cwd: ran.append(line) or type("Done", (), {"returncode": 0})())
     seed, first = campaign.planned(seeds=(0,), tasks=("parity",))[0]
@@ -164,8 +165,8 @@ def test_campaign_stops_before_a_command_that_would_run_past_until(tmp_path, mon
 
 def test_points_the_times_file_has_not_timed_are_estimated_by_their_dense_rows(tmp_path, monkeypatch, capsys):
     """A dense point the times file lacks is estimated by its rows' training time (the longest seed), less
-    the same seed's base where the row was timed (its run loaded the base, and counts its training); the
-    estimate applies under ``--until`` too.  A method's rows count the base it fine-tunes, so they estimate
+    the same seed's base where a row made before OWN_TRAIN_TIME was timed (its run loaded the base, and
+    counted its training); the estimate applies under ``--until`` too.  A method's rows count the base it fine-tunes, so they estimate
     nothing."""
     import dataclasses
     import datetime as dt
@@ -185,13 +186,22 @@ def test_points_the_times_file_has_not_timed_are_estimated_by_their_dense_rows(t
             (untimed, 0, 400.0), (method, 0, 1200.0)]  # seed 2 of the static size has no base row
     for i, (point, seed, seconds) in enumerate(made):
         row = results.ResultRow(**{**blank, "method": point.overrides[0][7:], "task": "parity", "seed": seed,
+                                   "git_sha": "old",
                                    "train_time_s": seconds, "schema_version": results.SCHEMA_VERSION,
                                    "latency_b1_ms": math.nan if point is untimed else 1.0,
                                    "command": shlex.join(campaign.command(seed, point))})
         results.append(tmp_path, row, f"r{i}")
+    monkeypatch.setattr(campaign, "_descends", lambda ancestor, sha: sha == "new")
     trained = campaign.row_train_times((tmp_path,))
     assert trained == {campaign.point_id(base): 300.0, campaign.point_id(static): 600.0,
                        campaign.point_id(untimed): 400.0}
+    # rows made since OWN_TRAIN_TIME leave the timing's reference out themselves: nothing is taken off
+    later = campaign.Point("parity", ("method=dense", "dense.width=2"))
+    results.append(tmp_path, results.ResultRow(**{**blank, "method": "dense", "task": "parity", "seed": 0,
+                                                  "git_sha": "new", "train_time_s": 50.0, "latency_b1_ms": 1.0,
+                                                  "schema_version": results.SCHEMA_VERSION,
+                                                  "command": shlex.join(campaign.command(0, later))}), "r-new")
+    assert campaign.row_train_times((tmp_path,))[campaign.point_id(later)] == 50.0
 
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
     first = campaign.progress([(2, static), (2, method)], {}, trained)[0]
