@@ -12,7 +12,7 @@ was committed (the rows, and the recorded wall times in :data:`TIMES`), since ``
 trained bases) does not outlive the machine.
 ``--until HH:MM`` (UTC) starts no new command after that time (the next occurrence of it: a time already
 past today means tomorrow), nor one whose recorded wall time (:data:`TIMES`; for a point
-not timed there, the training time in its committed rows, a lower bound) would carry it past that time:
+not timed there, the training time in its committed rows) would carry it past that time:
 a session's machine does not outlive the session, so a training cut off at its end is lost, checkpoint and
 all.  ``--seeds`` and ``--task`` restrict it.
 
@@ -302,8 +302,8 @@ class Progress:
         return (f"{self.task} seed {self.seed}: {self.done}/{self.commands} commands have rows; left: {left}"
                 + (f", {self.left_estimate_s / 3600:.1f} h estimated from the same points' recorded wall time"
                    if left > self.left_unmeasured + self.left_trained else "")
-                + (f", {self.left_trained} more training at least {self.left_trained_s / 3600:.1f} h by the same "
-                   "points' rows" if self.left_trained else "")
+                + (f", {self.left_trained} of them training about {self.left_trained_s / 3600:.1f} h by the "
+                   "same points' rows" if self.left_trained else "")
                 + (f", {self.left_unmeasured} with no recorded time" if self.left_unmeasured else "")
                 + (f"; {self.unknown} cannot be judged (run them to see why)" if self.unknown else ""))
 
@@ -322,23 +322,32 @@ def estimates(times: dict[tuple[str, int], float]) -> dict[str, float]:
 OWN_TRAIN_TIME = "125457b6ed4fe8180106c22fe1d586ae295f3294"
 
 
-def _descends(ancestor: str, sha: str) -> bool:
-    """Whether commit ``sha`` has ``ancestor`` in its history (False for a commit this clone lacks)."""
-    return subprocess.call(["git", "merge-base", "--is-ancestor", ancestor, str(sha)], cwd=ROOT,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
+def _descends(ancestor: str, sha: str, root: Path = ROOT) -> bool | None:
+    """Whether commit ``sha`` has ``ancestor`` in its history; None when git cannot tell (a commit this
+    clone lacks, no repository)."""
+    rc = subprocess.call(["git", "merge-base", "--is-ancestor", ancestor, str(sha)], cwd=root,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return {0: True, 1: False}.get(rc)
+
+
+def _is_static_size(point: str) -> bool:
+    return any(arg.startswith(("dense.width=", "dense.depth=")) for arg in shlex.split(point))
 
 
 def row_train_times(results_dirs=(ROOT / "results", ROOT / "results" / "curves")) -> dict[str, float]:
-    """Point id -> the longest training time of the committed dense rows its command made at any seed: the
+    """Point id -> the training time of the committed dense rows its command made (the longest seed): the
     estimate of a point the times file has not timed (rows made before it existed, or by a command that was
-    interrupted and resumed).  A lower bound of the command's wall time, which adds the evaluation and the
-    timing.
+    interrupted and resumed).  The training alone: the command adds the evaluation and the timing.
 
-    A row's ``train_time_s`` counts the stages its model is made of, cached ones included: a method's rows
-    count the base it fine-tunes, trained by an earlier command, so they estimate nothing (dense rows only).
-    Before :data:`OWN_TRAIN_TIME` a static size's timed run also counted the dense base it loads as the
-    timing's reference: the same seed's base row's time is taken off those rows.  A row whose command is not a campaign command line does not match,
-    nor a timed static size whose seed has no base row."""
+    A row's ``train_time_s`` counts the stages its model is made of, cached ones included, so only a row
+    whose command trained its whole model estimates its point:
+    * a method's rows count the base it fine-tunes, trained by an earlier command: dense rows only;
+    * a dense point that reuses its seed's base (another evaluation set) shows the base's time: skipped;
+    * a static size's timed row made before :data:`OWN_TRAIN_TIME` also counted the base its run loaded as
+      the timing's reference: the same seed's base time is taken off, and a row whose seed has no base row,
+      or whose commit git cannot place, is skipped.  (An untimed run of a task whose counting reference is
+      its trained base, iwslt, loaded it too: no campaign point is such a run.)
+    A row whose command is not a campaign command line does not match."""
     import pandas as pd
 
     from bench import results
@@ -348,20 +357,28 @@ def row_train_times(results_dirs=(ROOT / "results", ROOT / "results" / "curves")
     dense = frame[(frame["method"] == "dense") & frame["command"].notna() & frame["train_time_s"].notna()]
     split = dense["command"].str.rpartition(" ")
     dense = dense.assign(point=split[0], seed_arg=split[2])
-    dense = dense[dense["seed_arg"].str.startswith("seed=")].drop_duplicates(["point", "seed_arg"])
+    dense = (dense[dense["seed_arg"].str.startswith("seed=")].sort_values("timestamp", kind="stable")
+             .drop_duplicates(["point", "seed_arg"], keep="last"))  # a point's latest row per seed
     base_time = {(bases[point], seed): t for point, seed, t in zip(dense["point"], dense["seed_arg"],
                                                                    dense["train_time_s"]) if point in bases}
-    counted_reference = {sha: not _descends(OWN_TRAIN_TIME, sha) for sha in set(dense["git_sha"])}
+    since_own = {sha: _descends(OWN_TRAIN_TIME, sha) for sha in set(dense["git_sha"])}
     out: dict[str, float] = {}
-    for point, task, seed, seconds, latency, sha in zip(dense["point"], dense["task"], dense["seed_arg"],
-                                                         dense["train_time_s"], dense["latency_b1_ms"],
-                                                         dense["git_sha"]):
-        # timed (latency not NaN): the run loaded the base, which its code before OWN_TRAIN_TIME counted
-        if point not in bases and latency == latency and counted_reference[sha]:
-            if (task, seed) not in base_time:
-                continue
-            seconds -= base_time[(task, seed)]
-        out[point] = max(float(seconds), out.get(point, 0.0))
+    columns = ("point", "task", "seed_arg", "train_time_s", "git_sha", "latency_b1_ms")
+    for point, task, seed, seconds, sha, latency in zip(*(dense[c] for c in columns)):
+        base = base_time.get((task, seed))
+        if point in bases:
+            pass
+        elif not _is_static_size(point):
+            if seconds == base:
+                continue  # the seed's base, evaluated again
+        elif latency != latency:  # not timed: the base was not loaded (the campaign times every static size)
+            pass
+        elif since_own[sha] is None or (not since_own[sha] and base is None):
+            continue
+        elif not since_own[sha]:
+            seconds -= base
+        if seconds > 0:
+            out[point] = max(float(seconds), out.get(point, 0.0))
     return out
 
 
@@ -408,7 +425,7 @@ def status(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
     return [r.line() for r in rows] + [
         f"total: {sum(r.done for r in rows)}/{len(plan)} commands have rows; left: "
         f"{sum(r.left_estimate_s for r in rows) / 3600:.1f} h estimated (wall time of the campaign's commands "
-        f"that ran start to finish) + {sum(r.left_trained for r in rows)} commands training at least "
+        f"that ran start to finish) + {sum(r.left_trained for r in rows)} commands training about "
         f"{sum(r.left_trained_s for r in rows) / 3600:.1f} h (their points' rows' training time) + "
         f"{sum(r.left_unmeasured for r in rows)} commands with no recorded time"
         + (f"; {sum(r.unknown for r in rows)} cannot be judged" if any(r.unknown for r in rows) else "")]

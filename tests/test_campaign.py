@@ -164,10 +164,10 @@ def test_campaign_stops_before_a_command_that_would_run_past_until(tmp_path, mon
 
 
 def test_points_the_times_file_has_not_timed_are_estimated_by_their_dense_rows(tmp_path, monkeypatch, capsys):
-    """A dense point the times file lacks is estimated by its rows' training time (the longest seed), less
-    the same seed's base where a row made before OWN_TRAIN_TIME was timed (its run loaded the base, and
-    counted its training); the estimate applies under ``--until`` too.  A method's rows count the base it fine-tunes, so they estimate
-    nothing."""
+    """A dense point the times file lacks is estimated by its rows' training time (the longest seed); a
+    timed static size's row made before OWN_TRAIN_TIME counted the base its run loaded, so the same seed's
+    base time is taken off.  Rows that did not train their whole model estimate nothing: a method's (it
+    fine-tunes a base), a dense point's that reused its seed's base.  The estimate applies under ``--until``."""
     import dataclasses
     import datetime as dt
     import math
@@ -177,36 +177,34 @@ def test_points_the_times_file_has_not_timed_are_estimated_by_their_dense_rows(t
 
     campaign = _campaign()
     base = campaign.PLAN["parity"][0]
-    static, untimed, method = (campaign.Point("parity", (f"method={m}", *rest)) for m, rest in
-                               (("dense", ("dense.depth=2",)), ("dense", ("dense.depth=4", "timing=false")),
-                                ("act", ("dense.depth=2",))))
+    static, untimed, method, own_base, evaluated, later, unplaced = (
+        campaign.Point("parity", (f"method={m}", *rest)) for m, rest in
+        (("dense", ("dense.depth=2",)), ("dense", ("dense.depth=4", "timing=false")), ("act", ("dense.depth=2",)),
+         ("dense", ("parity.n=16",)), ("dense", ("parity.test_samples=64",)), ("dense", ("dense.width=2",)),
+         ("dense", ("dense.width=0.5",))))
     blank = {f.name: (0.0 if f.type == "float" else 0 if f.type == "int" else False if f.type == "bool" else "x")
              for f in dataclasses.fields(results.ResultRow)}
-    made = [(base, 0, 100.0), (base, 1, 300.0), (static, 0, 700.0), (static, 1, 800.0), (static, 2, 2000.0),
-            (untimed, 0, 400.0), (method, 0, 1200.0)]  # seed 2 of the static size has no base row
-    for i, (point, seed, seconds) in enumerate(made):
+    made = [(base, 0, 100.0, "old"), (base, 1, 300.0, "old"), (static, 0, 700.0, "old"),
+            (static, 1, 800.0, "old"), (static, 2, 2000.0, "old"),  # seed 2 of the static size has no base row
+            (untimed, 0, 400.0, "old"), (method, 0, 1200.0, "old"), (own_base, 0, 50.0, "old"),
+            (evaluated, 1, 300.0, "old"), (later, 0, 40.0, "new"), (unplaced, 0, 900.0, "unknown")]
+    for i, (point, seed, seconds, sha) in enumerate(made):
         row = results.ResultRow(**{**blank, "method": point.overrides[0][7:], "task": "parity", "seed": seed,
-                                   "git_sha": "old",
-                                   "train_time_s": seconds, "schema_version": results.SCHEMA_VERSION,
+                                   "git_sha": sha, "train_time_s": seconds, "schema_version": results.SCHEMA_VERSION,
                                    "latency_b1_ms": math.nan if point is untimed else 1.0,
                                    "command": shlex.join(campaign.command(seed, point))})
         results.append(tmp_path, row, f"r{i}")
-    monkeypatch.setattr(campaign, "_descends", lambda ancestor, sha: sha == "new")
+    monkeypatch.setattr(campaign, "_descends", lambda ancestor, sha: {"new": True, "old": False}.get(sha))
     trained = campaign.row_train_times((tmp_path,))
     assert trained == {campaign.point_id(base): 300.0, campaign.point_id(static): 600.0,
-                       campaign.point_id(untimed): 400.0}
-    # rows made since OWN_TRAIN_TIME leave the timing's reference out themselves: nothing is taken off
-    later = campaign.Point("parity", ("method=dense", "dense.width=2"))
-    results.append(tmp_path, results.ResultRow(**{**blank, "method": "dense", "task": "parity", "seed": 0,
-                                                  "git_sha": "new", "train_time_s": 50.0, "latency_b1_ms": 1.0,
-                                                  "schema_version": results.SCHEMA_VERSION,
-                                                  "command": shlex.join(campaign.command(0, later))}), "r-new")
-    assert campaign.row_train_times((tmp_path,))[campaign.point_id(later)] == 50.0
+                       campaign.point_id(untimed): 400.0, campaign.point_id(own_base): 50.0,
+                       campaign.point_id(later): 40.0}  # since OWN_TRAIN_TIME: nothing taken off
 
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
     first = campaign.progress([(2, static), (2, method)], {}, trained)[0]
     assert (first.left_trained, first.left_trained_s, first.left_unmeasured) == (1, 600.0, 1)
-    assert "1 more training at least 0.2 h by the same points' rows" in first.line()
+    assert "left: 2, 1 of them training about 0.2 h by the same points' rows, 1 with no recorded time" in \
+        first.line()
 
     ran = []
     monkeypatch.setattr(campaign, "row_train_times", lambda: trained)
@@ -217,3 +215,20 @@ def test_points_the_times_file_has_not_timed_are_estimated_by_their_dense_rows(t
     assert campaign.main(["--until", until, "--times", str(tmp_path / "none.tsv")]) == 0 and ran == []
     assert "would be passed (about 10 min of training in its rows): stopping before command 1/2" in \
         capsys.readouterr().out
+
+
+def test_descends_places_commits_by_git_ancestry(tmp_path):
+    import subprocess
+
+    campaign = _campaign()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    shas = []
+    for i in range(2):
+        subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", str(i)], cwd=tmp_path, check=True)
+        shas.append(subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True,
+                                   check=True).stdout.strip())
+    first, second = shas
+    assert campaign._descends(first, second, tmp_path) is True
+    assert campaign._descends(second, first, tmp_path) is False
+    assert campaign._descends(first, "0" * 40, tmp_path) is None  # a commit this clone lacks
