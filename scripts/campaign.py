@@ -352,7 +352,7 @@ def row_train_times(results_dirs=(ROOT / "results", ROOT / "results" / "curves")
 
     from bench import results
 
-    bases = {shlex.join(command(0, PLAN[task][0])[:-1]): task for task in PLAN}
+    bases = {point_id(PLAN[task][0]): task for task in PLAN}
     frame = pd.concat([results.load(directory) for directory in results_dirs], ignore_index=True)
     dense = frame[(frame["method"] == "dense") & frame["command"].notna() & frame["train_time_s"].notna()]
     split = dense["command"].str.rpartition(" ")
@@ -461,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         if stop <= now:
             stop += dt.timedelta(days=1)
     expected = estimates(read_times(times))
-    trained = {point: seconds for point, seconds in row_train_times().items() if point not in expected}
+    trained = row_train_times() if stop else {}  # reads every row: only --until needs it
     failed = 0
     for i, (seed, point) in enumerate(plan, 1):
         line = command(seed, point)

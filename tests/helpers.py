@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
-from bench import config, registry, runner
+from bench import config, registry, results, runner
 
 
 def tiny_overrides(method: str, task: str, tmp: Path, *extra: str) -> list[str]:
@@ -27,6 +28,13 @@ def build_tiny(method: str, task: str, tmp: Path, *extra: str):
     _, task_impl, method_impl = runner.build(cfg, method, task)
     model = method_impl.build().eval()
     return task_impl, method_impl, model
+
+
+def blank_row(**values) -> results.ResultRow:
+    """A result row with placeholder fields (0, False or "x" by type) and the current schema, then ``values``."""
+    blank = {f.name: (0.0 if f.type == "float" else 0 if f.type == "int" else False if f.type == "bool" else "x")
+             for f in dataclasses.fields(results.ResultRow)}
+    return results.ResultRow(**{**blank, "schema_version": results.SCHEMA_VERSION, **values})
 
 
 @functools.lru_cache(maxsize=1)

@@ -168,10 +168,11 @@ def test_points_the_times_file_has_not_timed_are_estimated_by_their_dense_rows(t
     timed static size's row made before OWN_TRAIN_TIME counted the base its run loaded, so the same seed's
     base time is taken off.  Rows that did not train their whole model estimate nothing: a method's (it
     fine-tunes a base), a dense point's that reused its seed's base.  The estimate applies under ``--until``."""
-    import dataclasses
     import datetime as dt
     import math
     import shlex
+
+    from helpers import blank_row
 
     from bench import results
 
@@ -182,17 +183,14 @@ def test_points_the_times_file_has_not_timed_are_estimated_by_their_dense_rows(t
         (("dense", ("dense.depth=2",)), ("dense", ("dense.depth=4", "timing=false")), ("act", ("dense.depth=2",)),
          ("dense", ("parity.n=16",)), ("dense", ("parity.test_samples=64",)), ("dense", ("dense.width=2",)),
          ("dense", ("dense.width=0.5",))))
-    blank = {f.name: (0.0 if f.type == "float" else 0 if f.type == "int" else False if f.type == "bool" else "x")
-             for f in dataclasses.fields(results.ResultRow)}
     made = [(base, 0, 100.0, "old"), (base, 1, 300.0, "old"), (static, 0, 700.0, "old"),
             (static, 1, 800.0, "old"), (static, 2, 2000.0, "old"),  # seed 2 of the static size has no base row
             (untimed, 0, 400.0, "old"), (method, 0, 1200.0, "old"), (own_base, 0, 50.0, "old"),
             (evaluated, 1, 300.0, "old"), (later, 0, 40.0, "new"), (unplaced, 0, 900.0, "unknown")]
     for i, (point, seed, seconds, sha) in enumerate(made):
-        row = results.ResultRow(**{**blank, "method": point.overrides[0][7:], "task": "parity", "seed": seed,
-                                   "git_sha": sha, "train_time_s": seconds, "schema_version": results.SCHEMA_VERSION,
-                                   "latency_b1_ms": math.nan if point is untimed else 1.0,
-                                   "command": shlex.join(campaign.command(seed, point))})
+        row = blank_row(method=point.overrides[0][7:], task="parity", seed=seed, git_sha=sha, train_time_s=seconds,
+                        latency_b1_ms=math.nan if point is untimed else 1.0,
+                        command=shlex.join(campaign.command(seed, point)))
         results.append(tmp_path, row, f"r{i}")
     monkeypatch.setattr(campaign, "_descends", lambda ancestor, sha: {"new": True, "old": False}.get(sha))
     trained = campaign.row_train_times((tmp_path,))

@@ -1,21 +1,17 @@
 """Result rows: schema round-trip, atomic writes under two concurrent writers, nothing half-written."""
 
-import dataclasses
 import multiprocessing as mp
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import blank_row
 
 from bench import results
 
 
 def make_row(i: int, method: str = "dense") -> results.ResultRow:
-    values = {f.name: (0.0 if f.type == "float" else 0 if f.type == "int" else False if f.type == "bool" else "x")
-              for f in dataclasses.fields(results.ResultRow)}
-    values.update(method=method, task="parity", knob_value=str(i), quality=i / 100, seed=0, macs_mean=float(i),
-                  schema_version=results.SCHEMA_VERSION)
-    return results.ResultRow(**values)
+    return blank_row(method=method, task="parity", knob_value=str(i), quality=i / 100, seed=0, macs_mean=float(i))
 
 
 def _writer(args):
