@@ -73,6 +73,9 @@ class Training(NamedTuple):
     device: str
 
 
+DEFAULT_SETTING = "default configuration"
+
+
 def _device(value: object) -> str:
     """The processor a row's ``device`` names (``cpu: <model>`` → ``<model>``); "" when it names none (a bare
     ``cpu``, or no value)."""
@@ -234,14 +237,17 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
         for key in keys:
             rows = group[group["setting_key"] == key].reset_index(drop=True)
             is_default = _is_default(by_key[key], str(task))
-            # named by the keys that differ between the curves of this dataset and, off the default
-            # configuration, by those it changes from the task's defaults (a dataset's curves may all change
-            # one, e.g. the training data)
-            others = [by_key[k] for k in keys]
-            defaults = {} if is_default else task_defaults(str(task))
-            differing = sorted(k for k in by_key[key] if len({o.get(k) for o in others}) > 1
-                               or (k in defaults and defaults[k] != by_key[key][k]))
-            setting = ", ".join(f"{k}={by_key[key][k]}" for k in differing)
+            # a setting is named by the keys it changes from the task's defaults (or, failing those, by the
+            # keys that differ between the curves of this dataset); the default configuration by that name
+            # when other curves share its dataset, by none when it is the only one
+            if is_default:
+                setting = DEFAULT_SETTING if len(keys) > 1 else ""
+            else:
+                defaults = task_defaults(str(task))
+                others = [by_key[k] for k in keys]
+                differing = (sorted(k for k in by_key[key] if k in defaults and defaults[k] != by_key[key][k])
+                             or sorted(k for k in by_key[key] if len({o.get(k) for o in others}) > 1))
+                setting = ", ".join(f"{k}={by_key[key][k]}" for k in differing)
             first = rows.iloc[0]
             minutes = {int(n): trainings.get((task, dataset, key, n), []) for n in set(rows["steps"])}
             curves.append(Curve(task=str(task), dataset=str(dataset), metric=str(first["metric"]),
@@ -532,9 +538,12 @@ def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
     gain_threshold = None if target is None or not curve.is_default else target.doubling_gain
     doubles = step_gains(curve, gain_threshold)
     arrow = "↑" if curve.higher_is_better else "↓"
+    # the processors or GPUs that trained the curve's points (a row's ``device``; a bare ``cpu`` names none)
+    devices = sorted({_device(value) for value in curve.rows["device"]} - {""}) if "device" in curve.rows else []
     lines = [f"## {md_escape(curve.task)}" + (f" — {md_escape(curve.setting)}" if curve.setting else ""), "",
              f"Dataset: {md_escape(curve.dataset)}. Metric: {curve.metric} {arrow}."
-             + (f" Curve setting: {md_escape(curve.setting)}." if curve.setting else ""), "",
+             + (f" Curve setting: {md_escape(curve.setting)}." if curve.setting else "")
+             + (f" Trained on: {md_escape(', '.join(devices))}." if devices else ""), "",
              f"![{curve.task} learning curve](curves_{slug}.png)", ""]
     table = []
     for p in pts:

@@ -394,6 +394,23 @@ def test_the_time_target_names_the_processor_of_each_training(tmp_path):
                                 "Slow CPU 2) | missed |")
 
 
+def test_a_curve_names_the_devices_that_trained_it(tmp_path):
+    """A curve trained on a GPU (a larger variant) says so beside its dataset; a CPU curve names its
+    processors; a bare ``cpu`` names none."""
+    default = report_curves.default_train_steps("imagenet")
+    _write(tmp_path, default, 0.80, 0, device="cpu")
+    _write(tmp_path, default, 0.85, 0, d_model=256, device="NVIDIA H200")
+    _write(tmp_path, default // 2, 0.84, 1, d_model=256, device="cpu: Fast CPU 1")
+    report_curves.write(tmp_path, tmp_path / "reports")
+    lines = (tmp_path / "reports" / "curves.md").read_text().splitlines()
+    dataset_lines = [l for l in lines if l.startswith("Dataset: toy images.")]
+    assert len(dataset_lines) == 2
+    default_line = next(l for l in dataset_lines if "d\\_model=256" not in l)
+    wide_line = next(l for l in dataset_lines if "d\\_model=256" in l)
+    assert "Trained on" not in default_line
+    assert wide_line.endswith("Trained on: Fast CPU 1, NVIDIA H200.")
+
+
 def test_a_leaderboard_of_rows_from_before_the_protocol_column_is_read_as_protocol_1(tmp_path):
     default = report_curves.default_train_steps("imagenet")
     _write(tmp_path, default, 0.86, 0)
