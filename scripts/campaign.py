@@ -4,6 +4,7 @@ one training at a time (the machine has 2 cores).
     python scripts/campaign.py --list                 # the commands, in the order they run
     python scripts/campaign.py --status               # per task and seed: commands with rows, time left
     nohup python scripts/campaign.py --until 06:50 > campaign.log 2>&1 &
+    python scripts/campaign.py --until 06:50 --fill   # skip what does not fit, run what does
 
 The campaign is resumable: a command whose rows all exist is skipped (:func:`has_rows`, the test ``bench
 run`` applies) and an interrupted training resumes from its checkpoint, so running the script again
@@ -14,7 +15,10 @@ trained bases) does not outlive the machine.
 past today means tomorrow), nor one whose recorded wall time (:data:`TIMES`; for a point
 not timed there, the training time in its committed rows) would carry it past that time:
 a session's machine does not outlive the session, so a training cut off at its end is lost, checkpoint and
-all.  ``--seeds`` and ``--task`` restrict it.
+all.  The plan's order is kept: the campaign stops at the first command that does not fit; with ``--fill`` it
+skips that command instead and runs the later ones that fit (not one with no recorded time), leaving out
+the commands that start from a skipped dense base (their seed's methods and static sizes).  ``--seeds``
+and ``--task`` restrict it.
 
 Order: first the learning-curve points that settle the defaults (:data:`CALIBRATION`); then every seed of
 the cheap :data:`TASK_MAJOR` tasks (parity); then the other tasks whose defaults are settled
@@ -440,10 +444,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--until", default="",
                         help="UTC HH:MM: no command starts after it, nor one whose recorded wall time would end "
                              "after it")
+    parser.add_argument("--fill", action="store_true",
+                        help="with --until: skip a command that would not end in time (or has no recorded time) "
+                             "and go on to the next that would, instead of stopping; a skipped dense base "
+                             "skips the commands of its seed that start from it")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     parser.add_argument("--task", action="append", choices=TASK_ORDER, help="only these tasks (repeatable)")
     parser.add_argument("--times", default=str(TIMES), help=f"the wall-time file (default {TIMES})")
     args = parser.parse_args(argv)
+    if args.fill and not args.until:
+        parser.error("--fill needs --until (the stop time it fills up to)")
     seeds = tuple(int(s) for s in args.seeds.split(","))
     plan = planned(seeds, tuple(t for t in TASK_ORDER if not args.task or t in args.task))
     times = Path(args.times)
@@ -463,17 +473,32 @@ def main(argv: list[str] | None = None) -> int:
     expected = estimates(read_times(times))
     trained = row_train_times() if stop else {}  # reads every row: only --until needs it
     failed = 0
+    skipped_bases: set[tuple[str, int]] = set()  # --fill: (task, seed) whose base was left for later
     for i, (seed, point) in enumerate(plan, 1):
         line = command(seed, point)
         if has_rows(seed, point):
             print(f"[campaign] {i}/{len(plan)} has its rows: {shlex.join(line)}", flush=True)
             continue
+        is_base = point == PLAN[point.task][0]
+        if (point.task, seed) in skipped_bases:
+            print(f"[campaign] --fill: skipping command {i}/{len(plan)}: it starts from its seed's dense base, "
+                  "which was skipped", flush=True)
+            continue
         # the plan's order matters (a method fine-tunes the base before it), so the campaign stops at the
-        # first command that does not fit rather than looking for a later one that does
+        # first command that does not fit rather than looking for a later one that does; under --fill it
+        # skips that command (and the commands of its seed that start from it, if it is a base) instead
         estimate = expected.get(point_id(point), trained.get(point_id(point)))
-        if not ends_in_time(dt.datetime.now(dt.timezone.utc), stop, estimate):
+        now = dt.datetime.now(dt.timezone.utc)
+        fits = ends_in_time(now, stop, estimate) and not (args.fill and estimate is None)
+        if not fits:
             source = "recorded" if point_id(point) in expected else "of training in its rows"
-            why = "reached" if estimate is None else f"would be passed (about {estimate / 60:.0f} min {source})"
+            why = ("reached" if stop is not None and now >= stop else "no recorded time" if estimate is None
+                   else f"would be passed (about {estimate / 60:.0f} min {source})")
+            if args.fill and now < stop:
+                print(f"[campaign] --fill: {args.until} UTC {why}: skipping command {i}/{len(plan)}", flush=True)
+                if is_base:
+                    skipped_bases.add((point.task, seed))
+                continue
             print(f"[campaign] {args.until} UTC {why}: stopping before command {i}/{len(plan)}", flush=True)
             break
         record(times, seed, point, START)

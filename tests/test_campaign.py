@@ -163,6 +163,51 @@ def test_campaign_stops_before_a_command_that_would_run_past_until(tmp_path, mon
     assert ran and ran[0][-1] == f"seed={seed}"
 
 
+def test_fill_skips_what_does_not_fit_and_what_starts_from_a_skipped_base(tmp_path, monkeypatch, capsys):
+    """--fill keeps the plan's order but skips a command that would not end in time instead of stopping: a
+    later command that fits runs; a command with no recorded time is skipped (nothing says it fits); a
+    skipped dense base skips its seed's other commands (they start from it), not another seed's."""
+    import datetime as dt
+
+    campaign = _campaign()
+    base = campaign.PLAN["parity"][0]
+    long_static, short_static, method, untimed = (
+        campaign.Point("parity", (f"method={m}", *rest)) for m, rest in
+        (("dense", ("dense.depth=2",)), ("dense", ("dense.depth=4",)), ("act", ("act.tau=1e-3",)),
+         ("dense", ("dense.width=2",))))
+    plan = [(0, long_static), (0, short_static), (0, untimed), (1, base), (1, method), (2, method)]
+    times = tmp_path / "times.tsv"
+    for seed, point, seconds in ((9, long_static, 7200.0), (9, short_static, 60.0), (9, base, 7200.0),
+                                 (9, method, 60.0)):
+        campaign.record(times, seed, point, campaign.START)
+        campaign.record_time(times, seed, point, seconds)
+    ran = []
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
+    monkeypatch.setattr(campaign, "row_train_times", lambda: {})
+    monkeypatch.setattr(campaign, "planned", lambda seeds, tasks: plan)
+    monkeypatch.setattr(campaign.subprocess, "run",
+                        lambda line, cwd: ran.append(line) or type("Done", (), {"returncode": 0})())
+    until = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)).strftime("%H:%M")
+    assert campaign.main(["--until", until, "--fill", "--times", str(times)]) == 0
+    assert [line[1:] for line in ran] == [campaign.command(0, short_static)[1:], campaign.command(2, method)[1:]]
+    out = capsys.readouterr().out
+    assert "skipping command 1/6" in out and "no recorded time: skipping command 3/6" in out
+    assert "skipping command 5/6: it starts from its seed's dense base, which was skipped" in out
+
+    ran.clear()  # without --fill: the first command that does not fit stops the campaign
+    assert campaign.main(["--until", until, "--times", str(times)]) == 0 and ran == []
+    assert "stopping before command 1/6" in capsys.readouterr().out
+
+
+def test_fill_needs_until(capsys):
+    import pytest
+
+    campaign = _campaign()
+    with pytest.raises(SystemExit) as stop:
+        campaign.main(["--fill"])
+    assert stop.value.code == 2 and "--fill needs --until" in capsys.readouterr().err
+
+
 def test_points_the_times_file_has_not_timed_are_estimated_by_their_dense_rows(tmp_path, monkeypatch, capsys):
     """A dense point the times file lacks is estimated by its rows' training time (the longest seed); a
     timed static size's row made before OWN_TRAIN_TIME counted the base its run loaded, so the same seed's
