@@ -240,10 +240,11 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
             # a setting is named by the keys it changes from the task's defaults (or, failing those, by the
             # keys that differ between the curves of this dataset); the default configuration by that name
             # when other curves share its dataset, by none when it is the only one
-            if is_default:
+            defaults_here = sum(_is_default(by_key[k], str(task)) for k in keys)
+            if is_default and defaults_here == 1:
                 setting = DEFAULT_SETTING if len(keys) > 1 else ""
-            else:
-                defaults = task_defaults(str(task))
+            else:  # (several "default" curves differ in keys the task no longer declares: named by those)
+                defaults = {} if is_default else task_defaults(str(task))
                 others = [by_key[k] for k in keys]
                 differing = (sorted(k for k in by_key[key] if k in defaults and defaults[k] != by_key[key][k])
                              or sorted(k for k in by_key[key] if len({o.get(k) for o in others}) > 1))
@@ -462,10 +463,10 @@ def _fmt(value: float, metric: str) -> str:
     return "n/a" if not math.isfinite(value) else (f"{value:.2f}" if metric == "bleu" else f"{value:.4f}")
 
 
-def _slug(curve: Curve) -> str:
-    """File-name part of a curve: the task for its default configuration, else the task and a stable hash
-    of the curve's setting (and dataset)."""
-    if curve.is_default:
+def _slug(curve: Curve, taken: frozenset[str] = frozenset()) -> str:
+    """File-name part of a curve: the task for its default configuration (the first such curve of the task,
+    outside ``taken``), else the task and a stable hash of the curve's setting (and dataset)."""
+    if curve.is_default and curve.setting in ("", DEFAULT_SETTING) and curve.task not in taken:
         return curve.task
     return f"{curve.task}_{results.stable_hash([curve.dataset, curve.setting_key], 8)}"
 
@@ -538,8 +539,10 @@ def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
     gain_threshold = None if target is None or not curve.is_default else target.doubling_gain
     doubles = step_gains(curve, gain_threshold)
     arrow = "↑" if curve.higher_is_better else "↓"
-    # the processors or GPUs that trained the curve's points (a row's ``device``; a bare ``cpu`` names none)
-    devices = sorted({_device(value) for value in curve.rows["device"]} - {""}) if "device" in curve.rows else []
+    # the processors or GPUs of every training of the curve's points (the rows' ``device``); a device the rows
+    # do not name (a bare ``cpu``) is listed as such beside named ones, and alone names none
+    named = {t.device for runs in curve.train_minutes.values() for t in runs}
+    devices = [] if not named - {""} else sorted(d or "an unrecorded device" for d in named)
     lines = [f"## {md_escape(curve.task)}" + (f" — {md_escape(curve.setting)}" if curve.setting else ""), "",
              f"Dataset: {md_escape(curve.dataset)}. Metric: {curve.metric} {arrow}."
              + (f" Curve setting: {md_escape(curve.setting)}." if curve.setting else "")
@@ -642,7 +645,7 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
              "protocol count.", ""]
     summary_rows, sections, written = [], [], []
     for curve in curves:
-        slug = _slug(curve)
+        slug = _slug(curve, frozenset(Path(p).stem.removeprefix("curves_") for p in written))
         target = base_target(curve.task)
         section, summary = curve_section(curve, slug, target)
         sections += section

@@ -171,14 +171,15 @@ def test_fill_skips_what_does_not_fit_and_what_starts_from_a_skipped_base(tmp_pa
 
     campaign = _campaign()
     base = campaign.PLAN["parity"][0]
-    long_static, short_static, method, untimed = (
+    long_static, short_static, method, untimed, scratch = (
         campaign.Point("parity", (f"method={m}", *rest)) for m, rest in
         (("dense", ("dense.depth=2",)), ("dense", ("dense.depth=4",)), ("act", ("act.tau=1e-3",)),
-         ("dense", ("dense.width=2",))))
-    plan = [(0, long_static), (0, short_static), (0, untimed), (1, base), (1, method), (2, method)]
+         ("dense", ("dense.width=2",)), ("dense", ("parity.train_steps=10", "timing=false"))))
+    plan = [(0, long_static), (0, short_static), (0, untimed), (1, base), (1, method), (1, short_static),
+            (1, scratch), (2, method)]
     times = tmp_path / "times.tsv"
     for seed, point, seconds in ((9, long_static, 7200.0), (9, short_static, 60.0), (9, base, 7200.0),
-                                 (9, method, 60.0)):
+                                 (9, method, 60.0), (9, scratch, 60.0)):
         campaign.record(times, seed, point, campaign.START)
         campaign.record_time(times, seed, point, seconds)
     ran = []
@@ -189,14 +190,69 @@ def test_fill_skips_what_does_not_fit_and_what_starts_from_a_skipped_base(tmp_pa
                         lambda line, cwd: ran.append(line) or type("Done", (), {"returncode": 0})())
     until = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)).strftime("%H:%M")
     assert campaign.main(["--until", until, "--fill", "--times", str(times)]) == 0
-    assert [line[1:] for line in ran] == [campaign.command(0, short_static)[1:], campaign.command(2, method)[1:]]
+    # seed 1's method and timed static size load the skipped base; its untimed from-scratch point does not
+    assert [line[1:] for line in ran] == [campaign.command(s, p)[1:] for s, p in
+                                          ((0, short_static), (1, scratch), (2, method))]
     out = capsys.readouterr().out
-    assert "skipping command 1/6" in out and "no recorded time: skipping command 3/6" in out
-    assert "skipping command 5/6: it starts from its seed's dense base, which was skipped" in out
+    assert "skipping command 1/8" in out and "no recorded time: skipping command 3/8" in out
+    for i in (5, 6):
+        assert f"skipping command {i}/8: it loads its seed's dense base, which was skipped" in out
+
+    ran.clear()  # a base that has its rows blocks nothing: its seed's commands run
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: point == base or seed == 0)
+    assert campaign.main(["--until", until, "--fill", "--times", str(times)]) == 0
+    assert [line[-1] for line in ran] == ["seed=1"] * 3 + ["seed=2"]
 
     ran.clear()  # without --fill: the first command that does not fit stops the campaign
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
     assert campaign.main(["--until", until, "--times", str(times)]) == 0 and ran == []
-    assert "stopping before command 1/6" in capsys.readouterr().out
+    assert "stopping before command 1/8" in capsys.readouterr().out
+
+
+def test_fill_stops_once_the_stop_time_has_come(tmp_path, monkeypatch, capsys):
+    """--fill skips what does not fit only while the stop time is ahead; once it has come, it stops."""
+    import datetime as dt
+
+    campaign = _campaign()
+    base = campaign.PLAN["parity"][0]
+    ran = []
+    elapsed = [0.0]  # seconds on the campaign's clock: each command that runs takes an hour
+    start = dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0)
+
+    class Clock(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return start + dt.timedelta(minutes=1, seconds=elapsed[0])
+
+    def run(line, cwd):
+        ran.append(line)
+        elapsed[0] += 3600.0
+        return type("Done", (), {"returncode": 0})()
+
+    monkeypatch.setattr(campaign.dt, "datetime", Clock)
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
+    monkeypatch.setattr(campaign, "row_train_times", lambda: {})
+    monkeypatch.setattr(campaign, "planned", lambda seeds, tasks: [(0, base), (1, base), (2, base)])
+    monkeypatch.setattr(campaign.subprocess, "run", run)
+    times = tmp_path / "times.tsv"
+    campaign.record(times, 9, base, campaign.START)
+    campaign.record_time(times, 9, base, 600.0)
+    until = (start + dt.timedelta(minutes=30)).strftime("%H:%M")
+    assert campaign.main(["--until", until, "--fill", "--times", str(times)]) == 0
+    assert [line[-1] for line in ran] == ["seed=0"]
+    assert "reached: stopping before command 2/3" in capsys.readouterr().out
+
+
+def test_what_loads_the_dense_base():
+    """The commands a skipped base holds back under --fill: methods, timed dense points, and untimed dense
+    points of a task whose counted reference is its trained base (iwslt); not the base itself, nor an untimed
+    dense point that trains from scratch (the equal-budget control)."""
+    campaign = _campaign()
+    assert not campaign.starts_from_base(campaign.PLAN["imagenet"][0])
+    assert not campaign.starts_from_base(campaign.CONTROL)
+    assert campaign.starts_from_base(campaign.Point("imagenet", ("method=acm",)))
+    assert campaign.starts_from_base(campaign.Point("imagenet", ("method=dense", "dense.width=0.5")))
+    assert campaign.starts_from_base(campaign.Point("iwslt", ("method=dense", "dense.width=0.5", "timing=false")))
 
 
 def test_fill_needs_until(capsys):

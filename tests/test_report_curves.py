@@ -394,6 +394,23 @@ def test_the_time_target_names_the_processor_of_each_training(tmp_path):
                                 "Slow CPU 2) | missed |")
 
 
+def test_curves_are_named_by_what_they_change_from_the_defaults(tmp_path):
+    """The default configuration's curve is unnamed while it is its dataset's only curve, and "default
+    configuration" beside others; a setting is named by the keys it changes from the task's defaults alone
+    (not by keys another setting changes); a curve of another dataset is named apart."""
+    default = report_curves.default_train_steps("imagenet")
+    _write(tmp_path, default, 0.80, 0)
+    assert [c.setting for c in report_curves.load_curves(tmp_path)] == [""]
+    _write(tmp_path, default, 0.82, 0, d_model=32)
+    _write(tmp_path, default // 2, 0.83, 0, width=0.5)  # (another run id than the default's)
+    _write(tmp_path, default, 0.70, 1, dataset="other images")
+    names = {(c.dataset, c.setting) for c in report_curves.load_curves(tmp_path)}
+    assert names == {("toy images", report_curves.DEFAULT_SETTING), ("toy images", "imagenet.d_model=32"),
+                     ("toy images", "dense.width=0.5"), ("other images", "")}
+    written = report_curves.write(tmp_path, tmp_path / "reports")
+    assert len({p for p in written if p.endswith(".png")}) == 4  # every curve its own figure
+
+
 def test_a_curve_names_the_devices_that_trained_it(tmp_path):
     """A curve trained on a GPU (a larger variant) says so beside its dataset; a CPU curve names its
     processors; a bare ``cpu`` names none."""
@@ -409,6 +426,10 @@ def test_a_curve_names_the_devices_that_trained_it(tmp_path):
     wide_line = next(l for l in dataset_lines if "d\\_model=256" in l)
     assert "Trained on" not in default_line
     assert wide_line.endswith("Trained on: Fast CPU 1, NVIDIA H200.")
+    _write(tmp_path, 2 * default, 0.86, 0, d_model=256, device="cpu")  # a training on an unnamed CPU joins
+    report_curves.write(tmp_path, tmp_path / "reports")
+    text = (tmp_path / "reports" / "curves.md").read_text()
+    assert "Trained on: Fast CPU 1, NVIDIA H200, an unrecorded device." in text
 
 
 def test_a_leaderboard_of_rows_from_before_the_protocol_column_is_read_as_protocol_1(tmp_path):
