@@ -390,11 +390,18 @@ def compare_settings(curves: list[Curve], results_dir: Path | str) -> list[Compa
             out.append(Comparison(curve.task, curve.setting or curve.dataset, 0, math.nan, math.nan, math.nan,
                                   "not compared: no default-configuration curve on these test examples"))
             continue
-        for n in sorted(set(curve.steps) & set(default.steps)):
+        def seeds_at(c: Curve, n: int) -> set:
+            return set(c.rows[c.rows["steps"] == n]["seed"])
+
+        paired = [n for n in sorted(set(curve.steps) & set(default.steps)) if seeds_at(curve, n) & seeds_at(default, n)]
+        if not paired:  # e.g. a larger variant trained with other budgets: listed, not compared
+            out.append(Comparison(curve.task, curve.setting, 0, math.nan, math.nan, math.nan,
+                                  "not compared: no default-configuration point at the same steps and seed "
+                                  f"(this setting's steps: {', '.join(str(n) for n in curve.steps)})"))
+            continue
+        for n in paired:
             at = [c.rows[c.rows["steps"] == n].set_index("seed") for c in (curve, default)]
             seeds = sorted(set(at[0].index) & set(at[1].index))
-            if not seeds:
-                continue
             both = pd.concat([a.loc[seeds].reset_index() for a in at], ignore_index=True)
             unc = stats.rows_uncertainty(both, results_dir)
             keys = [[a.loc[s, "row_key"] for s in seeds] for a in at]

@@ -411,6 +411,19 @@ def test_curves_are_named_by_what_they_change_from_the_defaults(tmp_path):
     assert len({p for p in written if p.endswith(".png")}) == 4  # every curve its own figure
 
 
+def test_a_setting_with_no_step_count_of_the_default_is_listed_not_compared(tmp_path):
+    """A setting trained only at step counts (or seeds) the default's curve lacks, e.g. a larger variant
+    with its own budget, is listed in the comparisons with its steps, not left out and not compared."""
+    default = report_curves.default_train_steps("imagenet")
+    _write(tmp_path, default, 0.80, 0)
+    _write(tmp_path, default // 4, 0.85, 0, d_model=256)
+    _write(tmp_path, default, 0.86, 1, d_model=256)  # the default's steps, but a seed the default lacks
+    (listed,) = report_curves.compare_settings(report_curves.load_curves(tmp_path), tmp_path)
+    assert listed.setting == "imagenet.d_model=256" and listed.steps == 0 and math.isnan(listed.delta)
+    assert listed.verdict == ("not compared: no default-configuration point at the same steps and seed "
+                              f"(this setting's steps: {default // 4}, {default})")
+
+
 def test_a_curve_names_the_devices_that_trained_it(tmp_path):
     """A curve trained on a GPU (a larger variant) says so beside its dataset; a CPU curve names its
     processors; a bare ``cpu`` names none."""
