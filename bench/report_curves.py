@@ -234,13 +234,13 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
     curves = []
     for (task, dataset), group in frame.groupby(["task", "dataset"], sort=True):
         keys = sorted(set(group["setting_key"]))
+        defaults_here = sum(_is_default(by_key[k], str(task)) for k in keys)
         for key in keys:
             rows = group[group["setting_key"] == key].reset_index(drop=True)
             is_default = _is_default(by_key[key], str(task))
             # a setting is named by the keys it changes from the task's defaults (or, failing those, by the
             # keys that differ between the curves of this dataset); the default configuration by that name
             # when other curves share its dataset, by none when it is the only one
-            defaults_here = sum(_is_default(by_key[k], str(task)) for k in keys)
             if is_default and defaults_here == 1:
                 setting = DEFAULT_SETTING if len(keys) > 1 else ""
             else:  # (several "default" curves differ in keys the task no longer declares: named by those)
@@ -390,18 +390,12 @@ def compare_settings(curves: list[Curve], results_dir: Path | str) -> list[Compa
             out.append(Comparison(curve.task, curve.setting or curve.dataset, 0, math.nan, math.nan, math.nan,
                                   "not compared: no default-configuration curve on these test examples"))
             continue
-        def seeds_at(c: Curve, n: int) -> set:
-            return set(c.rows[c.rows["steps"] == n]["seed"])
-
-        paired = [n for n in sorted(set(curve.steps) & set(default.steps)) if seeds_at(curve, n) & seeds_at(default, n)]
-        if not paired:  # e.g. a larger variant trained with other budgets: listed, not compared
-            out.append(Comparison(curve.task, curve.setting, 0, math.nan, math.nan, math.nan,
-                                  "not compared: no default-configuration point at the same steps and seed "
-                                  f"(this setting's steps: {', '.join(str(n) for n in curve.steps)})"))
-            continue
-        for n in paired:
+        compared = len(out)
+        for n in sorted(set(curve.steps) & set(default.steps)):
             at = [c.rows[c.rows["steps"] == n].set_index("seed") for c in (curve, default)]
             seeds = sorted(set(at[0].index) & set(at[1].index))
+            if not seeds:
+                continue
             both = pd.concat([a.loc[seeds].reset_index() for a in at], ignore_index=True)
             unc = stats.rows_uncertainty(both, results_dir)
             keys = [[a.loc[s, "row_key"] for s in seeds] for a in at]
@@ -414,6 +408,10 @@ def compare_settings(curves: list[Curve], results_dir: Path | str) -> list[Compa
             word = {HOLDS: "better", FAILS: "worse"}.get(result, UNSURE)
             out.append(Comparison(curve.task, curve.setting, n, float(np.mean(list(per_seed.values()))), low, high,
                                   word, per_seed))
+        if len(out) == compared:  # e.g. a larger variant trained with other budgets: listed, not compared
+            out.append(Comparison(curve.task, curve.setting, 0, math.nan, math.nan, math.nan,
+                                  "not compared: no default-configuration point at the same steps and seed "
+                                  f"(this setting's steps: {', '.join(str(n) for n in curve.steps)})"))
     return out
 
 
@@ -470,9 +468,10 @@ def _fmt(value: float, metric: str) -> str:
     return "n/a" if not math.isfinite(value) else (f"{value:.2f}" if metric == "bleu" else f"{value:.4f}")
 
 
-def _slug(curve: Curve, taken: frozenset[str] = frozenset()) -> str:
-    """File-name part of a curve: the task for its default configuration (the first such curve of the task,
-    outside ``taken``), else the task and a stable hash of the curve's setting (and dataset)."""
+def _slug(curve: Curve, taken: set[str] | frozenset[str] = frozenset()) -> str:
+    """File-name part of a curve: the task for its default configuration (the first such curve of the task:
+    not in ``taken``, the slugs given so far), else the task and a stable hash of the curve's setting (and
+    dataset)."""
     if curve.is_default and curve.setting in ("", DEFAULT_SETTING) and curve.task not in taken:
         return curve.task
     return f"{curve.task}_{results.stable_hash([curve.dataset, curve.setting_key], 8)}"
@@ -650,9 +649,10 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
              "them all, with the processor they ran on (the row's `device`; sessions do not always get the same "
              "processor model, and the same training's time depends on it). Only rows of today's training "
              "protocol count.", ""]
-    summary_rows, sections, written = [], [], []
+    summary_rows, sections, written, slugs = [], [], [], set()
     for curve in curves:
-        slug = _slug(curve, frozenset(Path(p).stem.removeprefix("curves_") for p in written))
+        slug = _slug(curve, slugs)
+        slugs.add(slug)
         target = base_target(curve.task)
         section, summary = curve_section(curve, slug, target)
         sections += section

@@ -18,8 +18,7 @@ a session's machine does not outlive the session, so a training cut off at its e
 all.  The plan's order is kept: the campaign stops at the first command that does not fit; with ``--fill`` it
 skips that command instead and runs the later ones that fit (not one with no recorded time), leaving out
 the commands that load a skipped dense base (:func:`starts_from_base`: their seed's methods and timed
-static sizes).  ``--seeds``
-and ``--task`` restrict it.
+static sizes).  ``--seeds`` and ``--task`` restrict it.
 
 Order: first the learning-curve points that settle the defaults (:data:`CALIBRATION`); then every seed of
 the cheap :data:`TASK_MAJOR` tasks (parity); then the other tasks whose defaults are settled
@@ -242,6 +241,11 @@ def has_rows(seed: int, point: Point) -> bool | None:
         return None
 
 
+def is_base(point: Point) -> bool:
+    """Whether ``point`` is its task's dense base, the first point of its plan (every method starts from it)."""
+    return point == PLAN[point.task][0]
+
+
 def starts_from_base(point: Point) -> bool:
     """Whether a command of ``point`` loads its seed's dense base (``PLAN[task][0]``), training it first when
     it is missing: a method fine-tunes it; a timed dense point (a static size, another evaluation set) times
@@ -250,7 +254,7 @@ def starts_from_base(point: Point) -> bool:
     point of another task (the equal-budget control) train from scratch."""
     from bench import api, registry
 
-    if point == PLAN[point.task][0]:
+    if is_base(point):
         return False
     if "method=dense" not in point.overrides or "timing=false" not in point.overrides:
         return True
@@ -498,14 +502,13 @@ def main(argv: list[str] | None = None) -> int:
         if has_rows(seed, point):
             print(f"[campaign] {i}/{len(plan)} has its rows: {shlex.join(line)}", flush=True)
             continue
-        is_base = point == PLAN[point.task][0]
         if (point.task, seed) in skipped_bases and starts_from_base(point):
             print(f"[campaign] --fill: skipping command {i}/{len(plan)}: it loads its seed's dense base, "
                   "which was skipped", flush=True)
             continue
         # the plan's order matters (a method fine-tunes the base before it), so the campaign stops at the
         # first command that does not fit rather than looking for a later one that does; under --fill it
-        # skips that command (and the commands of its seed that start from it, if it is a base) instead
+        # skips that command (and the commands of its seed that load it, if it is a base) instead
         estimate = expected.get(point_id(point), trained.get(point_id(point)))
         now = dt.datetime.now(dt.timezone.utc)
         fits = ends_in_time(now, stop, estimate) and not (args.fill and estimate is None)
@@ -515,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
                    else f"would be passed (about {estimate / 60:.0f} min {source})")
             if args.fill and now < stop:
                 print(f"[campaign] --fill: {args.until} UTC {why}: skipping command {i}/{len(plan)}", flush=True)
-                if is_base:
+                if is_base(point):
                     skipped_bases.add((point.task, seed))
                 continue
             print(f"[campaign] {args.until} UTC {why}: stopping before command {i}/{len(plan)}", flush=True)
