@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
+import sys
 from pathlib import Path
 
 from bench import config, registry, results, runner
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(name: str):
+    """The module of ``scripts/<name>.py`` (scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
 
 
 def tiny_overrides(method: str, task: str, tmp: Path, *extra: str) -> list[str]:

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from bench import config
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import load_script
 
 
 def _campaign():
-    spec = importlib.util.spec_from_file_location("campaign", ROOT / "scripts" / "campaign.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["campaign"] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script("campaign")
 
 
 def test_every_planned_command_composes_and_passes_the_checks():
