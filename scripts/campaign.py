@@ -362,13 +362,16 @@ def _is_static_size(point: str) -> bool:
 
 
 def row_train_times(results_dirs=(ROOT / "results", ROOT / "results" / "curves")) -> dict[str, float]:
-    """Point id -> the training time of the committed dense rows its command made (the longest seed): the
+    """Point id -> the training time of the committed rows its command made (the longest seed): the
     estimate of a point the times file has not timed (rows made before it existed, or by a command that was
     interrupted and resumed).  The training alone: the command adds the evaluation and the timing.
 
-    A row's ``train_time_s`` counts the stages its model is made of, cached ones included, so only a row
-    whose command trained its whole model estimates its point:
-    * a method's rows count the base it fine-tunes, trained by an earlier command: dense rows only;
+    A row's ``train_time_s`` counts the stages its model is made of, cached ones included, so a row
+    estimates its point by what its own command trained:
+    * a method's rows count the base it fine-tunes, trained by an earlier command: the same seed's base
+      time is taken off (no base row for the seed: skipped); a method point whose rows show exactly the
+      training time of an earlier point of the same method and seed reused that point's stages (it only
+      evaluates differently): it trains nothing of its own (0 s);
     * a dense point that reuses its seed's base (another evaluation set) shows the base's time: skipped;
     * a static size's timed row made before :data:`OWN_TRAIN_TIME` also counted the base its run loaded as
       the timing's reference: the same seed's base time is taken off, and a row whose seed has no base row,
@@ -381,15 +384,28 @@ def row_train_times(results_dirs=(ROOT / "results", ROOT / "results" / "curves")
 
     bases = {point_id(PLAN[task][0]): task for task in PLAN}
     frame = pd.concat([results.load(directory) for directory in results_dirs], ignore_index=True)
-    dense = frame[(frame["method"] == "dense") & frame["command"].notna() & frame["train_time_s"].notna()]
-    split = dense["command"].str.rpartition(" ")
-    dense = dense.assign(point=split[0], seed_arg=split[2])
-    dense = (dense[dense["seed_arg"].str.startswith("seed=")].sort_values("timestamp", kind="stable")
-             .drop_duplicates(["point", "seed_arg"], keep="last"))  # a point's latest row per seed
+    made = frame[frame["command"].notna() & frame["train_time_s"].notna()]
+    split = made["command"].str.rpartition(" ")
+    # a row's command is its argv joined by spaces (bench/cli.py); a point id quotes it (point_id)
+    made = made.assign(point=split[0].map(lambda line: shlex.join(line.split(" "))), seed_arg=split[2])
+    made = (made[made["seed_arg"].str.startswith("seed=")].sort_values("timestamp", kind="stable")
+            .drop_duplicates(["point", "seed_arg"], keep="last"))  # a point's latest row per seed
+    dense = made[made["method"] == "dense"]
     base_time = {(bases[point], seed): t for point, seed, t in zip(dense["point"], dense["seed_arg"],
                                                                    dense["train_time_s"]) if point in bases}
-    since_own = {sha: _descends(OWN_TRAIN_TIME, sha) for sha in set(dense["git_sha"])}
     out: dict[str, float] = {}
+    seen: set[tuple[str, str, str, float]] = set()  # (task, method, seed, train_time_s) of earlier points
+    methods = made[made["method"] != "dense"]
+    for point, task, method, seed, seconds in zip(*(methods[c] for c in ("point", "task", "method", "seed_arg",
+                                                                          "train_time_s"))):
+        key = (task, method, seed, float(seconds))
+        reused, base = key in seen, base_time.get((task, seed))
+        seen.add(key)
+        if reused:
+            out[point] = out.get(point, 0.0)
+        elif base is not None and seconds > base:
+            out[point] = max(float(seconds - base), out.get(point, 0.0))
+    since_own = {sha: _descends(OWN_TRAIN_TIME, sha) for sha in set(dense["git_sha"])}
     columns = ("point", "task", "seed_arg", "train_time_s", "git_sha", "latency_b1_ms")
     for point, task, seed, seconds, sha, latency in zip(*(dense[c] for c in columns)):
         base = base_time.get((task, seed))

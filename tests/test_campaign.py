@@ -255,11 +255,13 @@ def test_fill_needs_until(capsys):
     assert stop.value.code == 2 and "--fill needs --until" in capsys.readouterr().err
 
 
-def test_points_the_times_file_has_not_timed_are_estimated_by_their_dense_rows(tmp_path, monkeypatch, capsys):
-    """A dense point the times file lacks is estimated by its rows' training time (the longest seed); a
-    timed static size's row made before OWN_TRAIN_TIME counted the base its run loaded, so the same seed's
-    base time is taken off.  Rows that did not train their whole model estimate nothing: a method's (it
-    fine-tunes a base), a dense point's that reused its seed's base.  The estimate applies under ``--until``."""
+def test_points_the_times_file_has_not_timed_are_estimated_by_their_rows(tmp_path, monkeypatch, capsys):
+    """A point the times file lacks is estimated by its rows' training time (the longest seed); a timed
+    static size's row made before OWN_TRAIN_TIME counted the base its run loaded, and a method's row counts
+    the base it fine-tunes, so the same seed's base time is taken off.  Rows whose command trained nothing
+    of its own estimate nothing: a dense point's that reused its seed's base, a method's whose seed has no
+    base row; a method point that reused an earlier point's stages (the same training time) trains 0 s of
+    its own.  The estimate applies under ``--until``."""
     import datetime as dt
     import math
     import shlex
@@ -270,35 +272,40 @@ def test_points_the_times_file_has_not_timed_are_estimated_by_their_dense_rows(t
 
     campaign = _campaign()
     base = campaign.PLAN["parity"][0]
-    static, untimed, method, own_base, evaluated, later, unplaced = (
+    static, untimed, method, own_base, evaluated, later, unplaced, reused, baseless = (
         campaign.Point("parity", (f"method={m}", *rest)) for m, rest in
-        (("dense", ("dense.depth=2",)), ("dense", ("dense.depth=4", "timing=false")), ("act", ("dense.depth=2",)),
+        (("dense", ("dense.depth=2",)), ("dense", ("dense.depth=4", "timing=false")),
+         ("act", ("dense.depth=2", "act.taus=[0.01,0.001]")),  # a list value: quoted in a point id, not in a row
          ("dense", ("parity.n=16",)), ("dense", ("parity.test_samples=64",)), ("dense", ("dense.width=2",)),
-         ("dense", ("dense.width=0.5",))))
+         ("dense", ("dense.width=0.5",)), ("act", ("dense.depth=2", "parity.test_samples=64")),
+         ("act", ("dense.depth=3",))))
     made = [(base, 0, 100.0, "old"), (base, 1, 300.0, "old"), (static, 0, 700.0, "old"),
             (static, 1, 800.0, "old"), (static, 2, 2000.0, "old"),  # seed 2 of the static size has no base row
             (untimed, 0, 400.0, "old"), (method, 0, 1200.0, "old"), (own_base, 0, 50.0, "old"),
-            (evaluated, 1, 300.0, "old"), (later, 0, 40.0, "new"), (unplaced, 0, 900.0, "unknown")]
+            (evaluated, 1, 300.0, "old"), (later, 0, 40.0, "new"), (unplaced, 0, 900.0, "unknown"),
+            (reused, 0, 1200.0, "old"), (method, 1, 1000.0, "old"), (baseless, 2, 500.0, "old")]
     for i, (point, seed, seconds, sha) in enumerate(made):
         row = blank_row(method=point.overrides[0][7:], task="parity", seed=seed, git_sha=sha, train_time_s=seconds,
-                        latency_b1_ms=math.nan if point is untimed else 1.0,
-                        command=shlex.join(campaign.command(seed, point)))
+                        latency_b1_ms=math.nan if point is untimed else 1.0, timestamp=f"2026-01-01T00:00:{i:02d}Z",
+                        command=" ".join(campaign.command(seed, point)))  # as bench/cli.py writes it
         results.append(tmp_path, row, f"r{i}")
     monkeypatch.setattr(campaign, "_descends", lambda ancestor, sha: {"new": True, "old": False}.get(sha))
     trained = campaign.row_train_times((tmp_path,))
     assert trained == {campaign.point_id(base): 300.0, campaign.point_id(static): 600.0,
                        campaign.point_id(untimed): 400.0, campaign.point_id(own_base): 50.0,
-                       campaign.point_id(later): 40.0}  # since OWN_TRAIN_TIME: nothing taken off
+                       campaign.point_id(later): 40.0,  # since OWN_TRAIN_TIME: nothing taken off
+                       campaign.point_id(method): 1100.0,  # seed 0: 1200 - 100; seed 1: 1000 - 300
+                       campaign.point_id(reused): 0.0}
 
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
-    first = campaign.progress([(2, static), (2, method)], {}, trained)[0]
+    first = campaign.progress([(2, static), (2, baseless)], {}, trained)[0]
     assert (first.left_trained, first.left_trained_s, first.left_unmeasured) == (1, 600.0, 1)
     assert "left: 2, 1 of them training about 0.2 h by the same points' rows, 1 with no recorded time" in \
         first.line()
 
     ran = []
     monkeypatch.setattr(campaign, "row_train_times", lambda: trained)
-    monkeypatch.setattr(campaign, "planned", lambda seeds, tasks: [(2, static), (2, method)])
+    monkeypatch.setattr(campaign, "planned", lambda seeds, tasks: [(2, static), (2, baseless)])
     monkeypatch.setattr(campaign.subprocess, "run",
                         lambda line, cwd: ran.append(line) or type("Done", (), {"returncode": 0})())
     until = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=9)).strftime("%H:%M")
