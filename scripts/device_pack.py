@@ -7,30 +7,34 @@ Here (network for the wheels; the data comes from this machine's Debian packages
 There, in the repository root of the copy the device tool sends (name ``.device`` in ``carry``)::
 
     source .device/setup.sh && python3 -m bench run method=dense task=imagenet device=cuda precision=bf16 ... \
-        results_dir=results/curves; python3 scripts/device_pack.py --collect $OUT
+        results_dir=results/curves; rc=$?; python3 scripts/device_pack.py --collect $OUT; exit $rc
 
-and back here, ``tar xzf <the call's files_at>/rows.tgz`` in the repository root.
+and back here, ``tar xzf <the call's files_at>/rows.tgz --keep-old-files`` in the repository root.
 
 The device machine reaches nothing outside itself, lacks some of this project's packages and has none of
 its offline data, and what travels is capped (64 MiB: the working tree, ``shared/`` and the carried paths
 together).  ``.device/`` holds:
 
 - ``wheels/``: the packages the device image lacks (:data:`WHEELS`, at the versions installed here), built
-  for its CPython (3.12 by default) on x86-64 manylinux;
+  for its CPython (3.12 by default) on x86-64 manylinux; only a pure-Python package may fall back to a
+  wheel built here (antlr4 4.9.3 has only a source release);
 - ``data/``: each task's offline data (:data:`TASK_DATA`): the trans-de-en dictionary (xz), the Fashion-MNIST
-  idx files, and espeak-ng with its libraries and voices (a tar.xz unpacked under :data:`ESPEAK_PREFIX`,
-  not over ``/``);
-- ``git/``: a blobless clone of HEAD (no file contents, about 0.2 MB), restored as ``.git`` there, so rows
-  record the same ``git_sha`` and a clean tree exactly when the sent files match HEAD;
-- ``manifest.json`` (what, sizes, sha256) and ``setup.sh`` (installs the wheels, unpacks, sets the
-  environment; it runs ``--unpack``).
+  idx files, and espeak-ng (xz tar, unpacked under :data:`ESPEAK_PREFIX`, not over ``/``): its program, its
+  voices, and the shared libraries it loads other than glibc's, behind a ``bin/espeak-ng`` wrapper that
+  points the loader and espeak-ng at them for that process only (the device's Python keeps its own);
+- ``git/``: a blobless clone of HEAD (commit and trees, no file contents: about 0.2 MB), restored as
+  ``.git`` there with ``core.fileMode`` off (a copy may drop executable bits), so rows record the same
+  ``git_sha`` and a clean tree exactly when the sent files match HEAD;
+- ``manifest.json`` (what, where, sizes, sha256 of every data item) and ``setup.sh`` (installs the wheels,
+  runs ``--unpack``, checks espeak-ng runs, sets the environment; it must be sourced).
 
 The data lands where the tasks read it by default (``/usr/share/trans/de-en``,
 ``/usr/share/datasets/fashion-mnist``), so a device row's command differs from a CPU row's only in
 ``device`` and ``precision`` (and whatever it changes on purpose).  ``DEVICE_PREFIX`` moves every
 destination under another root (the tests use it).  The pack is written beside ``--out`` and renamed into
 place, so a failed pack leaves no half-written folder; one over ``--limit-mib`` (counting the files that
-travel anyway) is refused with one line.
+travel anyway) is refused with one line.  Not packed: ``pocketsphinx-testdata`` (commonvoice's
+``eval_set=pocketsphinx`` says so there in one line).
 """
 
 from __future__ import annotations
@@ -40,32 +44,45 @@ import hashlib
 import json
 import lzma
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
+from bench import provenance  # noqa: E402  (no torch at import)
 from bench.errors import UserError  # noqa: E402
 
 TRANS_DE_EN = "/usr/share/trans/de-en"  # tasks/iwslt/data.py DING_PATH, tasks/commonvoice/data.py TRANS_DE_EN
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"  # tasks/imagenet/data.py FASHION_MNIST_DIR
 ESPEAK_PREFIX = "/opt/bench-espeak"  # the device README: unpack packages away from / (they can break it)
-ESPEAK_PACKAGES = ("espeak-ng", "libespeak-ng1", "espeak-ng-data", "libpcaudio0", "libsonic0")
-ESPEAK_SKIP = ("/usr/share/doc", "/usr/share/man", "/usr/share/vim", "/usr/share/doc-base")
+ESPEAK_DATA = "/usr/lib/x86_64-linux-gnu/espeak-ng-data"  # Debian's espeak-ng-data (amd64)
+# glibc's own libraries: the device's loader must use its own (they are versioned together)
+GLIBC = re.compile(r"^(ld-linux.*|libc|libm|libpthread|libdl|librt|libresolv|libutil)\.so")
 
-# the data each task reads offline (items of PACKERS)
+# the data each task reads offline (keys of PACKERS)
 TASK_DATA = {"iwslt": ["trans-de-en"], "imagenet": ["fashion-mnist"], "commonvoice": ["trans-de-en", "espeak-ng"],
              "parity": []}
 # packages the device image lacks (its package list: the device tool's KINDS.md), per task; "*" for all
 WHEELS = {"*": ["hydra-core", "omegaconf", "antlr4-python3-runtime"], "commonvoice": ["jiwer", "rapidfuzz"]}
 DEVICE_LIMIT_MIB = 64
+RETURN_LIMIT_MIB = 16  # the largest file a device call sends back from $OUT
 UNPACKED = "unpacked"  # marker file --unpack leaves in the pack: rows newer than it are the device's
+
+ESPEAK_WRAPPER = """\
+#!/bin/sh
+# espeak-ng from the device pack (scripts/device_pack.py): its libraries and voices, for this process only
+d=$(cd "$(dirname "$0")/.." && pwd)
+LD_LIBRARY_PATH="$d/lib" ESPEAK_DATA_PATH="$d/share" exec "$d/bin/espeak-ng.bin" "$@"
+"""
 
 
 @dataclass(frozen=True)
@@ -76,41 +93,68 @@ class Item:
     how: str  # "xz" (decompress), "copy", "tar" (extract into dest)
 
 
-def pack_trans(out: Path, source: str = TRANS_DE_EN) -> list[Item]:
+def _item(written: Path, dest: str, how: str) -> Item:
+    return Item(written.relative_to(written.parents[1]).as_posix(), dest, how)  # data/<file>
+
+
+def pack_trans(out: Path, source: str = TRANS_DE_EN, preset: int = 9) -> list[Item]:
     if not Path(source).is_file():
         raise UserError(f"device_pack: {source} not found; install the Debian package trans-de-en")
-    with open(source, "rb") as src, lzma.open(out / "de-en.xz", "wb", preset=9) as dst:
+    written = out / "de-en.xz"
+    with open(source, "rb") as src, lzma.open(written, "wb", preset=preset) as dst:
         shutil.copyfileobj(src, dst)
-    return [Item("data/de-en.xz", TRANS_DE_EN, "xz")]
+    return [_item(written, TRANS_DE_EN, "xz")]
 
 
-def pack_fashion(out: Path, source: str = FASHION_MNIST) -> list[Item]:
+def pack_fashion(out: Path, source: str = FASHION_MNIST, preset: int = 9) -> list[Item]:
     files = sorted(Path(source).glob("*-ubyte.gz")) if Path(source).is_dir() else []
     if len(files) != 4:
         raise UserError(f"device_pack: {source} holds {len(files)} idx gz files, expected 4; install the Debian "
                         "package dataset-fashion-mnist")
     (out / "fashion-mnist").mkdir()
-    for f in files:
+    items = []
+    for f in files:  # already gzip: copied as they are
         shutil.copy2(f, out / "fashion-mnist" / f.name)
-    return [Item(f"data/fashion-mnist/{f.name}", f"{FASHION_MNIST}/{f.name}", "copy") for f in files]
+        items.append(Item(f"data/fashion-mnist/{f.name}", f"{FASHION_MNIST}/{f.name}", "copy"))
+    return items
 
 
-def espeak_files(packages: tuple[str, ...] = ESPEAK_PACKAGES) -> list[str]:
-    """The installed files of espeak-ng's Debian packages (documentation aside)."""
+def shared_libraries(binary: str) -> list[str]:
+    """The shared libraries ``binary`` loads (``ldd``: the whole closure), glibc's aside."""
     try:
-        listed = subprocess.run(["dpkg", "-L", *packages], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        raise UserError("device_pack: espeak-ng's packages are not all installed "
-                        f"({', '.join(packages)}); run apt-get install -y espeak-ng") from None
-    return [p for p in listed.splitlines() if p.startswith("/") and not p.startswith(ESPEAK_SKIP)
-            and (os.path.isfile(p) or os.path.islink(p))]
+        listed = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise UserError(f"device_pack: ldd {binary} failed ({e}); install libc-bin") from None
+    libs = [m.group(2) for m in re.finditer(r"^\s*(\S+) => (/\S+)", listed, flags=re.M)]
+    missing = re.findall(r"^\s*(\S+) => not found", listed, flags=re.M)
+    if missing:
+        raise UserError(f"device_pack: {binary} needs {missing[0]}, which is not installed here; "
+                        "run apt-get install -y espeak-ng")
+    return [lib for lib in libs if not GLIBC.match(Path(lib).name)]
 
 
-def pack_espeak(out: Path, files: list[str] | None = None) -> list[Item]:
-    with tarfile.open(out / "espeak-ng.tar.xz", "w:xz", preset=9) as tar:
-        for path in files if files is not None else espeak_files():
-            tar.add(path, arcname=path.lstrip("/"), recursive=False)
-    return [Item("data/espeak-ng.tar.xz", ESPEAK_PREFIX, "tar")]
+def pack_espeak(out: Path, binary: str | None = None, libs: list[str] | None = None, data_dir: str = ESPEAK_DATA,
+                preset: int = 9) -> list[Item]:
+    """espeak-ng as ``bin/espeak-ng.bin`` behind the ``bin/espeak-ng`` wrapper, its libraries in ``lib/``
+    (by the names the program asks for), its voices in ``share/espeak-ng-data``."""
+    binary = binary or shutil.which("espeak-ng")
+    if not binary or not Path(data_dir).is_dir():
+        raise UserError(f"device_pack: espeak-ng or its voices ({data_dir}) not found; "
+                        "run apt-get install -y espeak-ng")
+    libs = shared_libraries(binary) if libs is None else libs
+    written = out / "espeak-ng.tar.xz"
+    with tarfile.open(written, "w:xz", preset=preset) as tar:
+        tar.add(os.path.realpath(binary), arcname="bin/espeak-ng.bin")
+        wrapper = tarfile.TarInfo("bin/espeak-ng")
+        wrapper.size, wrapper.mode = len(ESPEAK_WRAPPER.encode()), 0o755
+        with tempfile.TemporaryFile() as f:
+            f.write(ESPEAK_WRAPPER.encode())
+            f.seek(0)
+            tar.addfile(wrapper, f)
+        for lib in libs:
+            tar.add(os.path.realpath(lib), arcname=f"lib/{Path(lib).name}")
+        tar.add(data_dir, arcname="share/espeak-ng-data")
+    return [_item(written, ESPEAK_PREFIX, "tar")]
 
 
 PACKERS = {"trans-de-en": pack_trans, "fashion-mnist": pack_fashion, "espeak-ng": pack_espeak}
@@ -128,46 +172,66 @@ def wheel_specs(tasks: list[str]) -> list[str]:
     return specs
 
 
+def _last_line(text: str) -> str:
+    return (text.strip().splitlines() or ["no output"])[-1].strip()
+
+
 def fetch_wheels(specs: list[str], out: Path, python: str) -> None:
-    """Binary wheels for the device's CPython; a package with only a source release (antlr4 4.9.3) is built
-    into a wheel here (pure Python)."""
+    """Binary wheels for the device's CPython; a package with only a source release is built into a wheel
+    here, accepted only when that wheel is pure Python (``-none-any``: it runs on any CPython)."""
     platforms = [f"--platform={p}" for p in ("manylinux_2_17_x86_64", "manylinux2014_x86_64",
                                              "manylinux_2_27_x86_64", "manylinux_2_28_x86_64")]
     for spec in specs:
         got = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                               f"--python-version={python}", "--implementation=cp", *platforms, "-d", str(out),
                               spec], capture_output=True, text=True)
-        if got.returncode != 0:
-            got = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), spec],
-                                 capture_output=True, text=True)
-        if got.returncode != 0:
-            last = (got.stderr.strip().splitlines() or ["no output"])[-1]
-            raise UserError(f"device_pack: no wheel for {spec} ({last}); check the package index")
+        if got.returncode == 0:
+            continue
+        with tempfile.TemporaryDirectory() as built:
+            wheel = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", built, spec],
+                                   capture_output=True, text=True)
+            made = list(Path(built).glob("*.whl"))
+            if wheel.returncode != 0 or not made or not all(w.name.endswith("-none-any.whl") for w in made):
+                raise UserError(f"device_pack: no wheel of {spec} for CPython {python} on x86-64 manylinux "
+                                f"({_last_line(got.stderr)}); check the package index, or --python")
+            for w in made:
+                shutil.move(str(w), out / w.name)
+
+
+def _run_git(*args: str, cwd: Path | None = None) -> str:
+    """git's output; its failure as one line."""
+    try:
+        got = subprocess.run(["git", "-c", "safe.directory=*", *args], capture_output=True, text=True, cwd=cwd)
+    except OSError:
+        raise UserError("device_pack: git not found; install git") from None
+    if got.returncode != 0:
+        raise UserError(f"device_pack: git {args[0]} failed ({_last_line(got.stderr)})")
+    return got.stdout.strip()
 
 
 def clone_git(repo: Path, out: Path) -> str:
     """A depth-1 blobless clone of ``repo``'s HEAD into ``out`` (commit and trees, no file contents); its
     remote is dropped, so nothing there tries to fetch.  Returns the commit."""
-    upload = "git -c uploadpack.allowFilter=true upload-pack"
-    got = subprocess.run(["git", "clone", "-q", "--bare", "--depth=1", "--filter=blob:none",
-                          f"--upload-pack={upload}", f"file://{repo.resolve()}", str(out)],
-                         capture_output=True, text=True)
-    if got.returncode != 0:
-        raise UserError(f"device_pack: git clone of {repo} failed ({got.stderr.strip()}); pack from a checkout")
-    subprocess.run(["git", "-C", str(out), "remote", "remove", "origin"], capture_output=True, check=True)
-    subprocess.run(["git", "-C", str(out), "config", "core.bare", "false"], check=True)
-    return subprocess.run(["git", "-C", str(out), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    _run_git("clone", "-q", "--bare", "--depth=1", "--filter=blob:none",
+             "--upload-pack=git -c uploadpack.allowFilter=true upload-pack", f"file://{repo.resolve()}", str(out))
+    _run_git("-C", str(out), "remote", "remove", "origin")
+    _run_git("-C", str(out), "config", "core.bare", "false")
+    _run_git("-C", str(out), "config", "core.fileMode", "false")  # a copy may drop executable bits
+    return _run_git("-C", str(out), "rev-parse", "HEAD")
 
 
 def travelling_bytes(repo: Path, out: Path) -> int:
-    """Bytes of the files the device tool sends anyway (tracked, and untracked not ignored), ``out`` aside."""
-    listed = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            capture_output=True, text=True).stdout
-    total = 0
-    for name in {n for n in listed.split("\0") if n}:
+    """Bytes of the files the device tool sends anyway (tracked, and untracked not ignored, ``shared/``
+    included), ``out`` aside."""
+    listed = _run_git("-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    names = {n for n in listed.split("\0") if n}
+    shared = repo / "shared"
+    total = sum(f.stat().st_size for f in shared.rglob("*") if f.is_file()) if shared.is_dir() else 0
+    for name in names:
         path = repo / name
-        if path.is_file() and not path.is_symlink() and out.resolve() not in path.resolve().parents:
+        if name.startswith("shared/") or not path.is_file() or path.is_symlink():
+            continue
+        if out.resolve() not in path.resolve().parents:
             total += path.stat().st_size
     return total
 
@@ -186,24 +250,29 @@ def sha256(path: Path) -> str:
 
 SETUP = """\
 # source .device/setup.sh  (on the device machine, in the repository root): written by scripts/device_pack.py
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-if ls "$here"/wheels/*.whl >/dev/null 2>&1; then
+(return 0 2>/dev/null) || { echo "setup.sh: source it (source .device/setup.sh), do not run it" >&2; exit 2; }
+_pack=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# the sent tree may belong to another user than the one running git there
+export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0="$PWD"
+if ls "$_pack"/wheels/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \\
-    "$here"/wheels/*.whl || return 1
+    "$_pack"/wheels/*.whl || { echo "setup.sh: installing $_pack/wheels failed (above)" >&2; return 1; }
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-python3 scripts/device_pack.py --unpack "$here" || return 1
+python3 scripts/device_pack.py --unpack "$_pack" || return 1
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-if [ -f "$here/data/espeak-ng.tar.xz" ]; then
-  e="${DEVICE_PREFIX:-}%(espeak)s"
-  export PATH="$e/usr/bin:$PATH" LD_LIBRARY_PATH="$e/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export ESPEAK_DATA_PATH="$e/usr/lib/x86_64-linux-gnu"
+if [ -f "$_pack/data/espeak-ng.tar.xz" ]; then
+  export PATH="${DEVICE_PREFIX:-}@ESPEAK_PREFIX@/bin:$PATH"
+  _said=$(espeak-ng -w "$_pack/espeak-check.wav" "test" 2>&1) && [ -s "$_pack/espeak-check.wav" ] ||
+    { echo "setup.sh: espeak-ng from the pack does not run: $(echo "$_said" | tail -n 1)" >&2; return 1; }
+  rm -f "$_pack/espeak-check.wav"
 fi
+unset _pack _said
 """
 
 
 def pack(tasks: list[str], out: Path, *, repo: Path = ROOT, python: str = "3.12",
-         limit_mib: float = DEVICE_LIMIT_MIB, wheels: bool = True) -> dict:
+         limit_mib: float = DEVICE_LIMIT_MIB, wheels: bool = True, preset: int = 9) -> dict:
     """Write the pack for ``tasks`` to ``out`` (replacing it) and return its manifest."""
     unknown = [t for t in tasks if t not in TASK_DATA]
     if unknown:
@@ -214,48 +283,92 @@ def pack(tasks: list[str], out: Path, *, repo: Path = ROOT, python: str = "3.12"
     try:
         items: list[Item] = []
         for name in dict.fromkeys(d for t in tasks for d in TASK_DATA[t]):
-            items += PACKERS[name](tmp / "data")
-        specs = wheel_specs(tasks) if wheels else []
+            items += PACKERS[name](tmp / "data", preset=preset)
         (tmp / "wheels").mkdir()
-        fetch_wheels(specs, tmp / "wheels", python)
+        fetch_wheels(wheel_specs(tasks) if wheels else [], tmp / "wheels", python)
         commit = clone_git(repo, tmp / "git")
-        (tmp / "setup.sh").write_text(SETUP % {"espeak": ESPEAK_PREFIX})
-        manifest = {"tasks": tasks, "git_sha": commit, "python": python,
+        (tmp / "setup.sh").write_text(SETUP.replace("@ESPEAK_PREFIX@", ESPEAK_PREFIX))
+        manifest = {"tasks": tasks, "git_sha": commit, "tree_dirty": provenance.tree_dirty(repo), "python": python,
                     "wheels": sorted(p.name for p in (tmp / "wheels").glob("*.whl")),
                     "items": [{"path": i.path, "dest": i.dest, "how": i.how, "bytes": (tmp / i.path).stat().st_size,
                                "sha256": sha256(tmp / i.path)} for i in items]}
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
         size, tree = folder_bytes(tmp), travelling_bytes(repo, out)
         if size + tree > limit_mib * 2**20:
             raise UserError(f"device_pack: the pack ({size / 2**20:.1f} MiB) and the files that travel anyway "
                             f"({tree / 2**20:.1f} MiB) exceed {limit_mib:g} MiB; pack fewer tasks per call")
         manifest["pack_mib"], manifest["tree_mib"] = round(size / 2**20, 2), round(tree / 2**20, 2)
-        shutil.rmtree(out, ignore_errors=True)
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        old = out.with_name(out.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if out.exists():
+            out.rename(old)
         tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
         return manifest
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
+def read_manifest(pack_dir: Path) -> dict:
+    path = pack_dir / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"device_pack: {path} not found; run scripts/device_pack.py here and carry it") from None
+    except ValueError as e:
+        raise UserError(f"device_pack: {path} is not JSON ({e}); pack it again") from None
+    items = manifest.get("items") if isinstance(manifest, dict) else None
+    if not isinstance(items, list) or "git_sha" not in manifest or not all(
+            isinstance(i, dict) and {"path", "dest", "how", "sha256"} <= set(i) for i in items):
+        raise UserError(f"device_pack: {path} lacks git_sha or items with path, dest, how and sha256; "
+                        "pack it again")
+    return manifest
+
+
+def restore_git(pack_dir: Path, repo: Path, sha: str) -> str:
+    """Make ``pack_dir/git`` the ``.git`` of ``repo`` (the sent files are its work tree) and check that HEAD
+    is the packed commit; a ``.git`` already there (a warm machine) must hold that commit."""
+    target = repo / ".git"
+    if target.exists():
+        head = _run_git("-C", str(repo), "rev-parse", "HEAD")
+        if head != sha:
+            raise UserError(f"device_pack: {target} holds commit {head[:12]}, the pack {sha[:12]}; remove it "
+                            f"(rm -rf {target}) and source setup.sh again")
+    else:
+        git_dir = pack_dir / "git"
+        if not git_dir.is_dir():
+            raise UserError(f"device_pack: {git_dir} not found and {target} missing; pack again and carry it")
+        # the index from the sent files first, so a failure leaves the pack's git/ where it was
+        _run_git(f"--git-dir={git_dir}", f"--work-tree={repo}", "reset", "-q")
+        shutil.move(str(git_dir), str(target))
+        if _run_git("-C", str(repo), "rev-parse", "HEAD") != sha:
+            raise UserError(f"device_pack: {target} is not at the packed commit {sha[:12]}; pack again")
+    dirty = provenance.tree_dirty(repo)
+    return f"git: HEAD {sha[:12]}, " + ("tracked code differs from it (rows: git_dirty)" if dirty else "clean")
+
+
 def unpack(pack_dir: Path, *, prefix: str = "", repo: Path = ROOT) -> list[str]:
-    """Put each packed item where the tasks read it (under ``prefix``, checked against its sha256) and
-    restore ``git/`` as ``repo``'s ``.git``; returns one line per thing done."""
-    manifest_path = pack_dir / "manifest.json"
-    if not manifest_path.is_file():
-        raise UserError(f"device_pack: {manifest_path} not found; run scripts/device_pack.py here and carry it")
-    manifest = json.loads(manifest_path.read_text())
-    for item in manifest["items"]:  # all checked before anything is written
+    """Put each packed item where the tasks read it (under ``prefix``), all checked against their sha256
+    before anything is written, and restore ``git/`` as ``repo``'s ``.git``; returns one line per thing."""
+    manifest = read_manifest(pack_dir)
+    for item in manifest["items"]:
         source = pack_dir / item["path"]
-        if not source.is_file() or sha256(source) != item["sha256"]:
+        if not source.is_file():
+            raise UserError(f"device_pack: {source} is missing; carry the whole pack folder")
+        if sha256(source) != item["sha256"]:
             raise UserError(f"device_pack: {source} does not match its sha256 in the manifest; pack it again")
     done = []
     for item in manifest["items"]:
         source, dest = pack_dir / item["path"], Path(prefix + item["dest"])
         if item["how"] == "tar":
-            dest.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(dest, ignore_errors=True)  # a warm machine's earlier unpack
+            dest.mkdir(parents=True)
             with tarfile.open(source) as tar:
-                tar.extractall(dest, filter="tar")
+                try:
+                    tar.extractall(dest, filter="data")
+                except tarfile.FilterError as e:
+                    raise UserError(f"device_pack: {source} holds {e}; pack it again") from None
         else:
             dest.parent.mkdir(parents=True, exist_ok=True)
             partial = dest.with_name(dest.name + ".partial")
@@ -263,11 +376,7 @@ def unpack(pack_dir: Path, *, prefix: str = "", repo: Path = ROOT) -> list[str]:
                 shutil.copyfileobj(src, dst)
             partial.replace(dest)
         done.append(f"{item['path']} -> {dest}")
-    git_dir = pack_dir / "git"
-    if git_dir.is_dir() and not (repo / ".git").exists():
-        shutil.move(str(git_dir), str(repo / ".git"))
-        subprocess.run(["git", "-C", str(repo), "reset", "-q"], check=True)  # the index, from the sent files
-        done.append(f"git: HEAD {manifest['git_sha'][:12]}")
+    done.append(restore_git(pack_dir, repo, manifest["git_sha"]))
     (pack_dir / UNPACKED).touch()  # --collect takes the rows written after this
     return done
 
@@ -277,15 +386,20 @@ def collect(pack_dir: Path, out_dir: Path, *, results: Path = ROOT / "results") 
     ``out_dir/rows.tgz``, paths relative to the repository root (untar them there); returns their paths."""
     marker = pack_dir / UNPACKED
     if not marker.is_file():
-        raise UserError(f"device_pack: {marker} not found; run 'source {pack_dir}/setup.sh' before training")
+        raise UserError(f"device_pack: {marker} not found; source {pack_dir}/setup.sh before training")
     since = marker.stat().st_mtime
     new = sorted(p for p in results.rglob("*") if p.is_file() and p.stat().st_mtime > since)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(out_dir / "rows.tgz.partial", "w:gz") as tar:
+    partial, final = out_dir / "rows.tgz.partial", out_dir / "rows.tgz"
+    with tarfile.open(partial, "w:gz") as tar:
         for path in new:
-            tar.add(path, arcname=str(path.relative_to(results.parent)))
-    (out_dir / "rows.tgz.partial").replace(out_dir / "rows.tgz")
-    return [str(p.relative_to(results.parent)) for p in new]
+            tar.add(path, arcname=path.relative_to(results.parent).as_posix())
+    if partial.stat().st_size > RETURN_LIMIT_MIB * 2**20:
+        partial.unlink()
+        raise UserError(f"device_pack: the {len(new)} new files under {results} exceed the {RETURN_LIMIT_MIB} MiB "
+                        "a device call sends back in one file; collect fewer (copy them to $OUT in parts)")
+    partial.replace(final)
+    return [p.relative_to(results.parent).as_posix() for p in new]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -295,26 +409,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default="3.12", help="the device's CPython version, for the wheels")
     parser.add_argument("--limit-mib", type=float, default=DEVICE_LIMIT_MIB,
                         help="what may travel in one call, this repository's files included")
-    parser.add_argument("--unpack", metavar="DIR", help="on the device machine: unpack the pack in DIR")
-    parser.add_argument("--collect", metavar="OUT",
-                        help="on the device machine, after training: the rows written since --unpack into "
-                             "OUT/rows.tgz (OUT: the device call's $OUT); untar it in the repository root here")
+    there = parser.add_mutually_exclusive_group()
+    there.add_argument("--unpack", metavar="DIR", help="on the device machine: unpack the pack in DIR")
+    there.add_argument("--collect", metavar="OUT",
+                       help="on the device machine, after training: the rows written since --unpack into "
+                            "OUT/rows.tgz (OUT: the device call's $OUT); untar it in the repository root here")
     args = parser.parse_args(argv)
     try:
+        if (args.unpack or args.collect) and args.task:
+            raise UserError("device_pack: --task packs here; --unpack and --collect run there, without --task")
         if args.collect:
             rows = collect(Path(args.out), Path(args.collect))
             print(f"[device_pack] {args.collect}/rows.tgz: {len(rows)} files" + "".join(f"\n  {r}" for r in rows))
-            return 0
-        if args.unpack:
+        elif args.unpack:
             for line in unpack(Path(args.unpack), prefix=os.environ.get("DEVICE_PREFIX", "")):
                 print(f"[device_pack] {line}")
-            return 0
-        if not args.task:
+        elif not args.task:
             raise UserError("device_pack: name at least one --task (" + ", ".join(TASK_DATA) + ")")
-        manifest = pack(args.task, Path(args.out), python=args.python, limit_mib=args.limit_mib)
-        print(f"[device_pack] {args.out}: {manifest['pack_mib']} MiB for {', '.join(args.task)} "
-              f"(+ {manifest['tree_mib']} MiB of repository files) at {manifest['git_sha'][:12]}; "
-              f"carry it: run(carry=['{Path(args.out).name}'], command='source {Path(args.out).name}/setup.sh && ...')")
+        else:
+            manifest = pack(args.task, Path(args.out), python=args.python, limit_mib=args.limit_mib)
+            name = Path(args.out).name
+            print(f"[device_pack] {args.out}: {manifest['pack_mib']} MiB for {', '.join(args.task)} "
+                  f"(+ {manifest['tree_mib']} MiB of repository files) at {manifest['git_sha'][:12]}"
+                  + (" (tracked code differs from it: rows made there will say git_dirty)"
+                     if manifest["tree_dirty"] else "")
+                  + f"; carry ['{name}'] and begin the command with 'source {name}/setup.sh && '")
         return 0
     except UserError as e:
         print(str(e), file=sys.stderr)
