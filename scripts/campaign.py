@@ -182,6 +182,11 @@ ONE_SEED = {
     _p("commonvoice", "method=dense", "dense.depth=0.5"),
     _p("iwslt", "method=moefication", *IWSLT),
     _p("iwslt", "method=acm", *IWSLT, "acm.beta_target=0.6"),
+    # iwslt's ACM budgets (no ACM claim is on iwslt) and DAT's likelihood oracle (dat-iwslt-depth reads the
+    # correctness oracle's thresholds): about 75 min of training per seed
+    *[_p("iwslt", "method=acm", *IWSLT, "acm.alpha_b=1.0", f"acm.beta_target={b}") for b in (0.25, 0.4, 0.6, 0.75)],
+    _p("iwslt", "method=dat", *IWSLT, "dat.oracle=likelihood", "dat.thresholds=[0.2,0.5,0.8,0.9,0.95,0.99]",
+       "dat.fixed_exits=[]"),
     _p("commonvoice", "method=acm"),
 }
 
