@@ -374,9 +374,10 @@ def row_train_times(results_dirs=(ROOT / "results", ROOT / "results" / "curves")
     A row's ``train_time_s`` counts the stages its model is made of, cached ones included, so a row
     estimates its point by what its own command trained:
     * a method's rows count the base it fine-tunes, trained by an earlier command: the same seed's base
-      time is taken off (no base row for the seed: skipped); a method point whose rows show exactly the
-      training time of an earlier point of the same method and seed reused that point's stages (it only
-      evaluates differently): it trains nothing of its own (0 s);
+      time is taken off (no base row for the seed: skipped).  A method point that only evaluates another
+      point's trained stages differently (DAT's thresholds, CCT's pairs) shows that point's training time
+      and is estimated by it: its command trains them when they are not cached (the point that trains them
+      skipped by ``--fill``, or ``.cache`` gone with an earlier machine), an overestimate when they are;
     * a dense point that reuses its seed's base (another evaluation set) shows the base's time: skipped;
     * a static size's timed row made before :data:`OWN_TRAIN_TIME` also counted the base its run loaded as
       the timing's reference: the same seed's base time is taken off, and a row whose seed has no base row,
@@ -399,16 +400,10 @@ def row_train_times(results_dirs=(ROOT / "results", ROOT / "results" / "curves")
     base_time = {(bases[point], seed): t for point, seed, t in zip(dense["point"], dense["seed_arg"],
                                                                    dense["train_time_s"]) if point in bases}
     out: dict[str, float] = {}
-    seen: set[tuple[str, str, str, float]] = set()  # (task, method, seed, train_time_s) of earlier points
     methods = made[made["method"] != "dense"]
-    for point, task, method, seed, seconds in zip(*(methods[c] for c in ("point", "task", "method", "seed_arg",
-                                                                          "train_time_s"))):
-        key = (task, method, seed, float(seconds))
-        reused, base = key in seen, base_time.get((task, seed))
-        seen.add(key)
-        if reused:
-            out[point] = out.get(point, 0.0)
-        elif base is not None and seconds > base:
+    for point, task, seed, seconds in zip(*(methods[c] for c in ("point", "task", "seed_arg", "train_time_s"))):
+        base = base_time.get((task, seed))
+        if base is not None and seconds > base:
             out[point] = max(float(seconds - base), out.get(point, 0.0))
     since_own = {sha: _descends(OWN_TRAIN_TIME, sha) for sha in set(dense["git_sha"])}
     columns = ("point", "task", "seed_arg", "train_time_s", "git_sha", "latency_b1_ms")

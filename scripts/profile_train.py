@@ -10,10 +10,12 @@ model trains from scratch in a temporary cache (nothing is reused or written to 
 not to matter (a few hundred on a GPU).
 
 The JSON line gives the trainer's own time per step (``train_time_s`` / steps: data, forward, backward,
-optimizer), the profiled wall time, and on a GPU the time the device spent in kernels as a fraction of
-that wall time (``device_busy``: the sum of the kernels' self device time, which overlaps nothing on one
-stream).  Far below 1, the training is bound by the host: Python, the data and kernel launches, which is
-what CUDA graphs or ``torch.compile`` would shorten.  The table lists the operators by self device time
+optimizer), the profiled wall time, and on a GPU the time the device spent in kernels, copies and memsets
+as a fraction of that wall time (``device_busy``: the union of their intervals; None when the profiler
+saw no device events).  Far below 1, the training is bound by the host: Python, the data and kernel
+launches, which is what CUDA graphs or ``torch.compile`` would shorten.  The profiler's own overhead
+lengthens the wall time, so ``device_busy`` reads low: compare ``s_per_step`` with an unprofiled run's
+(a row's ``train_time_s`` over its steps).  The table lists the operators by self device time
 (on a GPU) or self CPU time; ``--out`` also writes the Chrome trace (``trace.json.gz``, for Perfetto) and
 the table.  The 1-minute load average is recorded before and after: shared machines drift.
 """
@@ -35,12 +37,27 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
+MAX_STEPS = 2000  # more would record millions of profiler events
+
+
+def covered_us(spans: list[tuple[float, float]]) -> float:
+    """Length of the union of ``(start, end)`` intervals: device time with kernels on several streams
+    counted once."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
 def profile(overrides: list[str], rows: int = 25, out: Path | None = None) -> tuple[dict, str]:
     """Train the dense base of ``overrides`` under the profiler; (summary, operator table)."""
     import torch
     from torch.profiler import ProfilerActivity
 
     from bench import config, runner
+    from bench.errors import UserError
 
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as cache:
         cfg = config.compose(["method=dense", *overrides, f"cache_dir={cache}"])
@@ -48,6 +65,9 @@ def profile(overrides: list[str], rows: int = 25, out: Path | None = None) -> tu
         config.check_config(cfg, "dense", task_name)
         run, task, _ = runner.build(cfg, "dense", task_name)
         steps = int(task.base_budget()["steps"])
+        if steps > MAX_STEPS:
+            raise UserError(f"{task_name}.train_steps={steps}: profiling records every operator of every step; "
+                            f"set {task_name}.train_steps to at most {MAX_STEPS} (a few hundred suffice)")
         cuda = str(cfg.device).startswith("cuda")
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         load_before = os.getloadavg()[0]
@@ -67,9 +87,11 @@ def profile(overrides: list[str], rows: int = 25, out: Path | None = None) -> tu
     if cuda:
         from torch.autograd import DeviceType
 
-        # the device's own events (kernels, copies): an operator's self device time repeats its kernels'
-        kernels_us = sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA)
-        summary["device_busy"] = round(kernels_us / 1e6 / wall, 4)
+        # the device's own events (kernels, copies, memsets); not the GPU copies of record_function ranges
+        # (user annotations such as each Optimizer.step: they span the gaps between kernels)
+        spans = [(e.time_range.start, e.time_range.end) for e in prof.events()
+                 if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
+        summary["device_busy"] = round(covered_us(spans) / 1e6 / wall, 4) if spans else None  # None: no CUPTI
         summary["device_name"] = torch.cuda.get_device_name()
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

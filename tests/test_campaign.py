@@ -260,8 +260,8 @@ def test_points_the_times_file_has_not_timed_are_estimated_by_their_rows(tmp_pat
     static size's row made before OWN_TRAIN_TIME counted the base its run loaded, and a method's row counts
     the base it fine-tunes, so the same seed's base time is taken off.  Rows whose command trained nothing
     of its own estimate nothing: a dense point's that reused its seed's base, a method's whose seed has no
-    base row; a method point that reused an earlier point's stages (the same training time) trains 0 s of
-    its own.  The estimate applies under ``--until``."""
+    base row.  A method point that reused another point's stages (the same training time) is estimated as
+    training them: its command does when they are not cached.  The estimate applies under ``--until``."""
     import datetime as dt
     import math
     import shlex
@@ -295,7 +295,7 @@ def test_points_the_times_file_has_not_timed_are_estimated_by_their_rows(tmp_pat
                        campaign.point_id(untimed): 400.0, campaign.point_id(own_base): 50.0,
                        campaign.point_id(later): 40.0,  # since OWN_TRAIN_TIME: nothing taken off
                        campaign.point_id(method): 1100.0,  # seed 0: 1200 - 100; seed 1: 1000 - 300
-                       campaign.point_id(reused): 0.0}
+                       campaign.point_id(reused): 1100.0}
 
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
     first = campaign.progress([(2, static), (2, baseless)], {}, trained)[0]

@@ -30,3 +30,13 @@ def test_a_bad_override_is_one_line(capsys):
     assert profile_train.main(["task=parity", "parity.hiden=16"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("profile_train: ") and err.count("\n") == 1 and "parity.hiden" in err
+    assert profile_train.main(["task=parity"]) == 2  # the default 20,000 steps
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "set parity.train_steps to at most 2000" in err
+
+
+def test_device_time_counts_overlapping_spans_once():
+    covered_us = load_script("profile_train").covered_us
+    assert covered_us([]) == 0.0
+    assert covered_us([(0, 10), (20, 25)]) == 15  # a gap: idle
+    assert covered_us([(0, 10), (5, 12), (6, 8), (30, 31)]) == 13  # overlaps (streams) once
