@@ -500,7 +500,8 @@ def plot_curve(curve: Curve, pts: list[Point], target, path: Path) -> Path:
     if curve.default_steps in x:
         i = x.index(curve.default_steps)
         ax.scatter([x[i]], [y[i]], s=140, facecolors="none", edgecolors="black", zorder=3,
-                   label=f"default ({curve.default_steps} steps)")
+                   label=f"default ({curve.default_steps} steps)" if curve.is_default
+                   else f"the default's steps ({curve.default_steps})")
     if control is not None:
         ax.errorbar([control.steps], [control.quality],
                     yerr=[[control.quality - control.low if math.isfinite(control.low) else 0.0],

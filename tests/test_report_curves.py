@@ -469,3 +469,20 @@ def test_a_doubling_a_seed_contradicts_is_not_met(tmp_path):
     (d,) = report_curves.doublings(curve, 0.002)
     assert d.gain == pytest.approx(0.0) and d.high < 0.002 and d.seed_gains[0] == pytest.approx(0.0025)
     assert d.verdict == f"{report_curves.UNSURE} (seeds disagree)"
+
+
+def test_only_the_default_curve_marks_its_point_as_the_default(tmp_path, monkeypatch):
+    """Another setting's curve marks the default's step count, not "the default" (it is not the default)."""
+    from bench import figures
+
+    default = report_curves.default_train_steps("imagenet")
+    _write(tmp_path, default, 0.88, 0)
+    _write(tmp_path, default, 0.70, 0, d_model=32)
+    labels = {}
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path: labels.update(
+        {path.name: [t.get_text() for t in fig.axes[0].get_legend().get_texts()]}))
+    for curve in report_curves.load_curves(tmp_path):
+        report_curves.plot_curve(curve, report_curves.points(curve), None, tmp_path / f"{curve.is_default}.png")
+    assert f"default ({default} steps)" in labels["True.png"]
+    assert f"the default's steps ({default})" in labels["False.png"]
+    assert not any(t.startswith("default") for t in labels["False.png"])
