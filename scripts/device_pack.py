@@ -93,8 +93,9 @@ class Item:
     how: str  # "xz" (decompress), "copy", "tar" (extract into dest)
 
 
-def _item(written: Path, dest: str, how: str) -> Item:
-    return Item(written.relative_to(written.parents[1]).as_posix(), dest, how)  # data/<file>
+def _item(written: Path, out: Path, dest: str, how: str) -> Item:
+    """``written`` under the packer's folder ``out`` (the pack's ``data/``), as a path in the pack."""
+    return Item(written.relative_to(out.parent).as_posix(), dest, how)
 
 
 def pack_trans(out: Path, source: str = TRANS_DE_EN, preset: int = 9) -> list[Item]:
@@ -103,7 +104,7 @@ def pack_trans(out: Path, source: str = TRANS_DE_EN, preset: int = 9) -> list[It
     written = out / "de-en.xz"
     with open(source, "rb") as src, lzma.open(written, "wb", preset=preset) as dst:
         shutil.copyfileobj(src, dst)
-    return [_item(written, TRANS_DE_EN, "xz")]
+    return [_item(written, out, TRANS_DE_EN, "xz")]
 
 
 def pack_fashion(out: Path, source: str = FASHION_MNIST, preset: int = 9) -> list[Item]:
@@ -114,8 +115,8 @@ def pack_fashion(out: Path, source: str = FASHION_MNIST, preset: int = 9) -> lis
     (out / "fashion-mnist").mkdir()
     items = []
     for f in files:  # already gzip: copied as they are
-        shutil.copy2(f, out / "fashion-mnist" / f.name)
-        items.append(Item(f"data/fashion-mnist/{f.name}", f"{FASHION_MNIST}/{f.name}", "copy"))
+        written = Path(shutil.copy2(f, out / "fashion-mnist" / f.name))
+        items.append(_item(written, out, f"{FASHION_MNIST}/{f.name}", "copy"))
     return items
 
 
@@ -154,7 +155,7 @@ def pack_espeak(out: Path, binary: str | None = None, libs: list[str] | None = N
         for lib in libs:
             tar.add(os.path.realpath(lib), arcname=f"lib/{Path(lib).name}")
         tar.add(data_dir, arcname="share/espeak-ng-data")
-    return [_item(written, ESPEAK_PREFIX, "tar")]
+    return [_item(written, out, ESPEAK_PREFIX, "tar")]
 
 
 PACKERS = {"trans-de-en": pack_trans, "fashion-mnist": pack_fashion, "espeak-ng": pack_espeak}
@@ -241,11 +242,8 @@ def folder_bytes(path: Path) -> int:
 
 
 def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 SETUP = """\

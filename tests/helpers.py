@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +21,12 @@ def load_script(name: str):
     sys.modules[name] = module  # dataclasses resolve their module by name
     spec.loader.exec_module(module)
     return module
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run git in ``repo`` with a committer identity (tests' throwaway repositories); its stripped output."""
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
+                          capture_output=True, text=True, check=True).stdout.strip()
 
 
 def tiny_overrides(method: str, task: str, tmp: Path, *extra: str) -> list[str]:

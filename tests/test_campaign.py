@@ -315,16 +315,14 @@ def test_points_the_times_file_has_not_timed_are_estimated_by_their_rows(tmp_pat
 
 
 def test_descends_places_commits_by_git_ancestry(tmp_path):
-    import subprocess
+    from helpers import git
 
     campaign = _campaign()
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    git(tmp_path, "init", "-q")
     shas = []
     for i in range(2):
-        subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", str(i)], cwd=tmp_path, check=True)
-        shas.append(subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True,
-                                   check=True).stdout.strip())
+        git(tmp_path, "commit", "-q", "--allow-empty", "-m", str(i))
+        shas.append(git(tmp_path, "rev-parse", "HEAD"))
     first, second = shas
     assert campaign._descends(first, second, tmp_path) is True
     assert campaign._descends(second, first, tmp_path) is False

@@ -20,6 +20,7 @@ import pytest
 from bench import provenance
 from bench.errors import UserError
 from helpers import ROOT, load_script
+from helpers import git as _git
 
 FAKE_ESPEAK = """\
 #!/bin/sh
@@ -30,11 +31,6 @@ while [ $# -gt 0 ]; do [ "$1" = "-w" ] && printf 'RIFF' > "$2"; shift; done
 
 def _device_pack():
     return load_script("device_pack")
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
-                          capture_output=True, text=True, check=True).stdout.strip()
 
 
 def _commit(repo: Path, message: str) -> str:

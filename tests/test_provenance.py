@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
 from bench import provenance
-
-
-def _git(root: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+from helpers import git as _git
 
 
 def test_only_code_changes_make_the_tree_dirty(tmp_path):
@@ -22,7 +16,7 @@ def test_only_code_changes_make_the_tree_dirty(tmp_path):
         (tmp_path / name).write_text(text)
     _git(tmp_path, "init", "-q")
     _git(tmp_path, "add", "-A")
-    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
+    _git(tmp_path, "commit", "-q", "-m", "init")
     assert not provenance.tree_dirty(tmp_path)
     for name in ("results/t/m/row.csv", "reports/claims.md", "scripts/campaign_times.tsv"):
         (tmp_path / name).write_text("written by a run\n")
