@@ -327,3 +327,32 @@ def test_descends_places_commits_by_git_ancestry(tmp_path):
     assert campaign._descends(first, second, tmp_path) is True
     assert campaign._descends(second, first, tmp_path) is False
     assert campaign._descends(first, "0" * 40, tmp_path) is None  # a commit this clone lacks
+
+
+def test_every_claim_reads_only_points_the_campaign_runs_on_three_seeds():
+    """The committed rows a claim's checks select were made by planned campaign commands, none of them a
+    :data:`ONE_SEED` point (seed 0 only): a claim changed to read such a point must move it out of
+    ``ONE_SEED``, or its verdict would rest on one seed for good."""
+    import shlex
+
+    from bench import claims, report, report_claims, results
+
+    campaign = _campaign()
+    planned = {campaign.point_id(point) for points in campaign.PLAN.values() for point in points}
+    one_seed = {campaign.point_id(point) for point in campaign.ONE_SEED}
+    views = report.task_views(results.load(campaign.ROOT / "results"))
+    read = 0
+    for claim in report_claims.registered_claims():
+        view = report_claims.find_view(claim, views)
+        assert view is not None, f"claim {claim.id}: no committed rows of task {claim.task}"
+        for check in claim.checks:
+            for select in (check.a, check.b) if isinstance(check, claims.Beats) else (check.select,):
+                keys = {key for point in report_claims.select_points(view, select)["keys"] for key in point}
+                assert keys, f"claim {claim.id}: {select} selects no committed point"
+                for line in view.rows.loc[view.rows["row_key"].isin(keys), "command"]:
+                    argv, _, seed = line.rpartition(" ")  # a row's command: its argv joined by spaces
+                    point = shlex.join(argv.split(" "))
+                    assert seed.startswith("seed=") and point in planned, f"claim {claim.id} reads {line!r}"
+                    assert point not in one_seed, f"claim {claim.id} reads the ONE_SEED point {point!r}"
+                    read += 1
+    assert read
