@@ -19,18 +19,26 @@ ROOT = Path(__file__).resolve().parent.parent
 NOT_CODE = ("results", "reports", "scripts/campaign_times.tsv")
 
 
-def _git(*args: str, cwd: Path = ROOT) -> str:
+def _git_output(*args: str, cwd: Path = ROOT) -> str | None:
+    """git's stripped output, or None when git is missing, fails or hangs."""
     try:
         out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10, cwd=cwd)
-        return out.stdout.strip() if out.returncode == 0 else ""
+        return out.stdout.strip() if out.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired):
-        return ""
+        return None
 
 
-def tree_dirty(root: Path) -> bool:
-    """True when tracked files of the checkout at ``root`` differ from HEAD, :data:`NOT_CODE` aside."""
-    return bool(_git("status", "--porcelain", "--untracked-files=no", "--", ".",
-                     *(f":!{path}" for path in NOT_CODE), cwd=root))
+def _git(*args: str, cwd: Path = ROOT) -> str:
+    return _git_output(*args, cwd=cwd) or ""
+
+
+def tree_dirty(root: Path) -> bool | None:
+    """True when tracked files of the checkout at ``root`` differ from HEAD, :data:`NOT_CODE` aside; None when
+    git cannot tell (not installed, not a checkout, or a tree it refuses, e.g. one owned by another user):
+    such a row says neither clean nor dirty."""
+    out = _git_output("status", "--porcelain", "--untracked-files=no", "--", ".",
+                      *(f":!{path}" for path in NOT_CODE), cwd=root)
+    return None if out is None else bool(out)
 
 
 @functools.cache
@@ -40,8 +48,9 @@ def git_sha() -> str:
 
 
 @functools.cache
-def git_dirty() -> bool:
-    """True when tracked code differs from HEAD (result, report and campaign-log files do not count)."""
+def git_dirty() -> bool | None:
+    """True when tracked code differs from HEAD (result, report and campaign-log files do not count); None
+    when git cannot tell."""
     return tree_dirty(ROOT)
 
 

@@ -609,7 +609,8 @@ def rows_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
     rows = rows.sort_values(["curve", "_cost", "seed"], kind="stable")
     unc = view.unc
     for r in rows.to_dict("records"):
-        sha = str(r["git_sha"])[:7] + ("*" if str(r["git_dirty"]) == "True" else "")
+        # "*": tracked code differed from the commit; "?": git could not tell (an empty git_dirty)
+        sha = str(r["git_sha"])[:7] + {"True": "*", "False": ""}.get(str(r["git_dirty"]), "?")
         key = r.get("row_key")
         ci = (unc.low.get(key, math.nan), unc.high.get(key, math.nan)) if unc is not None else (math.nan, math.nan)
         load = r["_load"] if r["_load"] != "loaded" else f"LOADED ({float(r['timing_load_avg']):.1f} on {int(r['timing_cpus'])} CPUs)"
@@ -753,6 +754,7 @@ def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[st
                                          ("All rows", rows_table(view))):
             md += ["", f"### {caption}: {md_escape(view.task)}, {md_escape(view.dataset[:40])}", "",
                    markdown_table(header, table)]
+        md += ["", "git sha: \\* = tracked code differed from that commit; ? = git could not tell."]
     return write_page(reports_dir, "leaderboard", "\n".join(md) + "\n", "Leaderboard")
 
 

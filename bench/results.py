@@ -96,7 +96,7 @@ class ResultRow:
     config_hash: str
     command: str
     git_sha: str
-    git_dirty: bool
+    git_dirty: bool | None  # None (empty in the file) when git could not tell: bench/provenance.py
     versions: str
     device: str
     timestamp: str

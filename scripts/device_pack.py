@@ -343,7 +343,8 @@ def restore_git(pack_dir: Path, repo: Path, sha: str) -> str:
         if _run_git("-C", str(repo), "rev-parse", "HEAD") != sha:
             raise UserError(f"device_pack: {target} is not at the packed commit {sha[:12]}; pack again")
     dirty = provenance.tree_dirty(repo)
-    return f"git: HEAD {sha[:12]}, " + ("tracked code differs from it (rows: git_dirty)" if dirty else "clean")
+    return f"git: HEAD {sha[:12]}, " + {True: "tracked code differs from it (rows: git_dirty)", False: "clean",
+                                        None: "git cannot tell whether tracked code differs (rows: git_dirty empty)"}[dirty]
 
 
 def unpack(pack_dir: Path, *, prefix: str = "", repo: Path = ROOT) -> list[str]:

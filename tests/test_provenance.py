@@ -24,3 +24,13 @@ def test_only_code_changes_make_the_tree_dirty(tmp_path):
     assert not provenance.tree_dirty(tmp_path)
     (tmp_path / "scripts/campaign.py").write_text("y = 3\n")
     assert provenance.tree_dirty(tmp_path)
+
+
+def test_git_that_cannot_tell_leaves_the_flag_unknown(tmp_path):
+    """Outside a checkout (or where git is missing or refuses the tree) the flag is None, never "clean"."""
+    (tmp_path / "code.py").write_text("x = 1\n")
+    assert provenance.tree_dirty(tmp_path) is None
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-q", "-m", "init")
+    assert provenance.tree_dirty(tmp_path) is False

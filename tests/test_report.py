@@ -327,3 +327,17 @@ def test_variants_of_one_method_look_different_in_the_figure_and_its_legend(tmp_
     assert report_plots.variant_style(0, static=True)[0] == "s"
     looks = {report_plots.variant_style(n, static=False) for n in range(8)}
     assert len(looks) == 8
+
+
+def test_rows_table_marks_dirty_and_unknown_git_state(tmp_path):
+    """A row's git sha carries "*" when tracked code differed from the commit and "?" when git could not
+    tell (an empty git_dirty after a round trip through the row file); a clean row carries nothing."""
+    rows = [_row("dense", "static", 1.0, 1.0, 0.90), _row("acm", "train", 0.1, 0.5, 0.85),
+            _row("acm", "train", 0.2, 0.6, 0.87)]
+    rows[1].git_dirty, rows[2].git_dirty = True, None
+    for i, row in enumerate(rows):
+        results.append(tmp_path, row, f"t{i}")
+    (view,) = report.task_views(results.load(tmp_path))
+    header, table = report.rows_table(view)
+    by_knob = {line[1]: line[header.index("git sha")] for line in table}
+    assert by_knob == {"width=1": "0123456", "tau=0.1": "0123456*", "tau=0.2": "0123456?"}
