@@ -273,6 +273,13 @@ def point_id(point: Point) -> str:
     return shlex.join(command(0, point)[:-1])
 
 
+def row_point(command: str) -> tuple[str, str]:
+    """A row's command (its argv joined by spaces, bench/cli.py) as (point id, seed argument): the point id
+    quotes it as :func:`point_id` does, which list values like ``dat.thresholds=[…]`` need."""
+    line, _, seed = command.rpartition(" ")
+    return shlex.join(line.split(" ")), seed
+
+
 START = "start"  # the times file's marker of a command the campaign started (its finish line follows)
 
 
@@ -392,9 +399,8 @@ def row_train_times(results_dirs=(ROOT / "results", ROOT / "results" / "curves")
     bases = {point_id(PLAN[task][0]): task for task in PLAN}
     frame = pd.concat([results.load(directory) for directory in results_dirs], ignore_index=True)
     made = frame[frame["command"].notna() & frame["train_time_s"].notna()]
-    split = made["command"].str.rpartition(" ")
-    # a row's command is its argv joined by spaces (bench/cli.py); a point id quotes it (point_id)
-    made = made.assign(point=split[0].map(lambda line: shlex.join(line.split(" "))), seed_arg=split[2])
+    split = made["command"].map(row_point)
+    made = made.assign(point=split.str[0], seed_arg=split.str[1])
     made = (made[made["seed_arg"].str.startswith("seed=")].sort_values("timestamp", kind="stable")
             .drop_duplicates(["point", "seed_arg"], keep="last"))  # a point's latest row per seed
     dense = made[made["method"] == "dense"]

@@ -333,8 +333,6 @@ def test_every_claim_reads_only_points_the_campaign_runs_on_three_seeds():
     """The committed rows a claim's checks select were made by planned campaign commands, none of them a
     :data:`ONE_SEED` point (seed 0 only): a claim changed to read such a point must move it out of
     ``ONE_SEED``, or its verdict would rest on one seed for good."""
-    import shlex
-
     from bench import claims, report, report_claims, results
 
     campaign = _campaign()
@@ -350,8 +348,7 @@ def test_every_claim_reads_only_points_the_campaign_runs_on_three_seeds():
                 keys = {key for point in report_claims.select_points(view, select)["keys"] for key in point}
                 assert keys, f"claim {claim.id}: {select} selects no committed point"
                 for line in view.rows.loc[view.rows["row_key"].isin(keys), "command"]:
-                    argv, _, seed = line.rpartition(" ")  # a row's command: its argv joined by spaces
-                    point = shlex.join(argv.split(" "))
+                    point, seed = campaign.row_point(line)
                     assert seed.startswith("seed=") and point in planned, f"claim {claim.id} reads {line!r}"
                     assert point not in one_seed, f"claim {claim.id} reads the ONE_SEED point {point!r}"
                     read += 1
