@@ -16,7 +16,7 @@ import numpy as np
 from bench import stats
 from bench.claims import Beats, Claim, Increases, Reaches, Select
 from bench.report import (NA, TaskView, _goodness, hull_draws, knob_label, markdown_table, md_escape,
-                          quality_at_budget, write_page)
+                          pareto_mask, quality_at_budget, upper_hull, write_page)
 
 HOLDS, FAILS, UNSURE = "holds", "does not hold", "inconclusive"
 RULES = [
@@ -31,13 +31,19 @@ RULES = [
     "* **BLEU.** A point-against-point comparison on BLEU also runs sacreBLEU's own paired bootstrap test "
     "(`sacrebleu.significance.PairedTest`, 1000 resamples) for every seed pair; with margin 0, a verdict that any "
     "seed's test does not support at p < 0.05 is downgraded to inconclusive.",
-    "* A budget outside a method's measured cost range is \"not measured\" (inconclusive): hulls are never "
-    "extrapolated.",
+    "* At a budget, a method's quality is read on its hull: its Pareto points joined by straight lines (a "
+    "segment is reached by running its two end points on shares of the inputs), so between two measured points "
+    "the value is an interpolation; the \"hull read between\" column names the points. A budget outside a "
+    "method's measured cost range is \"not measured\" (inconclusive): hulls are never extrapolated.",
     "* **Points compared** lists, per training-protocol version (rows without a `protocol` column are version 1), "
     "the points a claim's checks compared, counted by the seeds they have rows for.",
     "* A check over several budgets or points holds when all of them hold (quantifier \"all\"; it does not hold "
     "when any does not) or when one of them holds (\"any\"; it does not hold when none does); a claim holds when "
     "every check holds.",
+    "* **Deciding line** (the summary): in each check, among the lines with the check's verdict, the weakest for "
+    "quantifier \"all\" and the strongest for \"any\", by the centre of the line's CI against what it needs (so a "
+    "check that does not hold with \"any\" shows its line closest to holding); across the checks with the "
+    "claim's verdict, the weakest of those lines.",
 ]
 
 
@@ -54,6 +60,13 @@ class Item:
     verdict: str
     reason: str = ""
     extra: str = ""
+    # the 95% CI's ends minus what the line needs, signed so that positive is towards "holds" (nan: not measured)
+    slack: tuple[float, float] = (math.nan, math.nan)
+    hull: str = ""  # budget checks: the measured points each side's hull value lies between
+
+    @property
+    def centre_slack(self) -> float:
+        return (self.slack[0] + self.slack[1]) / 2
 
 
 @dataclass
@@ -64,6 +77,17 @@ class CheckResult:
     verdict: str
     header: tuple[str, str] = ("a", "b")
     points: tuple[tuple[str, ...], ...] = ()  # the row keys of each point the check read (one per seed)
+
+    def deciding_item(self) -> Item | None:
+        """The line that settles the check's verdict: among the lines with that verdict, the weakest one for
+        quantifier "all" (every line must hold) and the strongest one for "any" (one line is enough), by the
+        centre of its CI against what it needs; lines that were not measured come last."""
+        lines = [it for it in self.items if it.verdict == self.verdict] or list(self.items)
+        measured = [it for it in lines if math.isfinite(it.centre_slack)]
+        if not measured:
+            return lines[0] if lines else None
+        pick = max if self.quantifier == "any" else min
+        return pick(measured, key=lambda it: it.centre_slack)
 
 
 @dataclass
@@ -235,17 +259,43 @@ def _reaches(view: TaskView, check: Reaches) -> CheckResult:
         else:
             result = verdict(glo, ghi, need)
             result, reason = seed_check(result, per_seed, need)
+        slack = (need - ghi, need - glo) if check.fails else (glo - need, ghi - need)
         word = ("worse than" if check.fails else "at least") if hib else ("above" if check.fails else "at most")
         items.append(Item(
             where=f"{point['curve']} {point['knob_name']}={knob_label(point['knob_value'])} ({100 * point['frac']:.1f}%)",
             a=_ci_text(point["quality"], lo, hi), b="", delta=g, lo=glo, hi=ghi,
             need=f"{word} {check.threshold:g}",
             seeds=", ".join(f"s{s}: {float(_goodness(v, hib)):.4f}" for s, v in sorted(per_seed.items())),
-            verdict=result, reason=reason))
+            verdict=result, reason=reason, slack=slack))
     title = check.title or (f"{check.select.name} {'fails' if check.fails else 'reaches'}: "
                             f"{view.metric} {'below' if check.fails == hib else 'above'} {check.threshold:g}")
     return CheckResult(title, check.quantifier, items, combine([i.verdict for i in items], check.quantifier),
                        points=_point_keys(pts))
+
+
+def hull_segment(pts, budget: float, higher_is_better: bool) -> str:
+    """Which measured points a hull value at ``budget`` (a fraction of dense cost) is read between: one point
+    where the budget is a hull vertex, else the two vertices either side (the value is on the straight line
+    joining them); "not measured" outside the points' cost range."""
+    hull_c, _ = upper_hull(pts["frac"], pts["quality"], higher_is_better)
+    if hull_c.size == 0 or not (hull_c[0] - 1e-9 <= budget <= hull_c[-1] + 1e-9):
+        return "not measured"
+    several = pts["curve"].nunique() > 1
+
+    def name(cost: float) -> str:
+        point = pts.loc[(pts["frac"] - cost).abs().idxmin()]
+        curve = f"{point['curve']} " if several else ""
+        return f"{curve}{point['knob_name']}={knob_label(point['knob_value'])} ({100 * cost:.1f}%)"
+
+    front = np.asarray(pts["frac"], dtype=float)[pareto_mask(pts["frac"], pts["quality"], higher_is_better)]
+    if budget >= front.max() - 1e-9:  # at or past the costliest Pareto point: the hull is flat there
+        last = name(float(front.max()))
+        return last if budget <= front.max() + 1e-9 else f"{last}, flat beyond it (the costlier points are dominated)"
+    at = np.flatnonzero(np.isclose(hull_c, budget, rtol=0, atol=1e-9))
+    if at.size:
+        return name(float(hull_c[at[0]]))
+    left, right = hull_c[hull_c < budget].max(), hull_c[hull_c > budget].min()
+    return f"{name(float(left))} to {name(float(right))}"
 
 
 def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
@@ -291,7 +341,7 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
         value = quality_at_budget(a_pts["frac"], a_pts["quality"], x, hib)
         return value, (hull_draws(a_pts["frac"], np.stack(a_draws), x, hib) if have else None)
 
-    def item(where, qa, da, qb, db, per_seed, extra="", pvalues=()) -> Item:
+    def item(where, qa, da, qb, db, per_seed, extra="", pvalues=(), hull="") -> Item:
         delta = float(_goodness(qa, hib) - _goodness(qb, hib)) if math.isfinite(qa) and math.isfinite(qb) else math.nan
         lo = hi = math.nan
         if da is not None and db is not None:
@@ -307,7 +357,7 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
         need = (f"Δ > {check.margin:+g}" if check.margin else "Δ > 0")
         return Item(where, _ci_text(qa, a_lo, a_hi), _ci_text(qb, b_lo, b_hi), delta, lo, hi, need,
                     ", ".join(f"s{s}: {v:+.4f}" for s, v in sorted(per_seed.items()) if math.isfinite(v)),
-                    result, reason, extra)
+                    result, reason, extra, (lo - check.margin, hi - check.margin), hull)
 
     if check.budgets:
         for x in check.budgets:
@@ -317,7 +367,8 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
             for seed in sorted(set(a_seeds) & set(b_seeds)):
                 sa, sb = a_at(x, seed)[0], b_at(x, seed=seed)[0]
                 per_seed[seed] = float(_goodness(sa, hib) - _goodness(sb, hib))
-            items.append(item(f"at {x:.0%} of dense cost", qa, da, qb, db, per_seed))
+            hull = f"A: {hull_segment(a_pts, x, hib)}" + ("" if check.b_is_point else f"; B: {hull_segment(b_pts, x, hib)}")
+            items.append(item(f"at {x:.0%} of dense cost", qa, da, qb, db, per_seed, hull=hull))
     else:
         for (idx, point), da in zip(a_pts.iterrows(), a_draws):
             if point["frac"] > check.max_cost:
@@ -377,7 +428,7 @@ def _increases(view: TaskView, check: Increases) -> CheckResult:
                             random_state=np.random.default_rng(stats.RANDOM_SEED))
             lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
             items.append(Item(where, f"Spearman ρ({check.y}, {check.x}) = {_ci_text(rho, lo, hi, '.3f')}", "", rho,
-                              lo, hi, "ρ > 0", "", verdict(lo, hi, 0.0)))
+                              lo, hi, "ρ > 0", "", verdict(lo, hi, 0.0), slack=(lo, hi)))
     title = check.title or f"{check.select.name}: {check.y} increases with {check.x}"
     return CheckResult(title, check.quantifier, items, combine([i.verdict for i in items], check.quantifier),
                        points=_point_keys(pts))
@@ -405,20 +456,35 @@ def evaluate(claim: Claim, views: list[TaskView], results_dir) -> ClaimResult:
 # ---------------------------------------------------------------------------------------------
 # claims.md
 # ---------------------------------------------------------------------------------------------
-def _headline(result: ClaimResult) -> str:
-    """The first decisive (or first) item of the claim, as one short text."""
-    for check in result.checks:
-        for it in check.items:
-            if it.verdict == result.verdict:
-                return f"{it.where}: Δ = {_ci_text(it.delta, it.lo, it.hi, '.4f', sign=True)}" if it.b else \
-                    f"{it.where}: {it.a}"
-    return result.reason or NA
+def deciding(result: ClaimResult) -> tuple[int, Item] | None:
+    """(check number, line) that settles the claim's verdict. A claim needs every check, so this is the rule
+    for quantifier "all" applied to the checks with the claim's verdict: the weakest of their deciding lines
+    (:meth:`CheckResult.deciding_item`); the first such check when none was measured."""
+    found = [(number, check.deciding_item()) for number, check in enumerate(result.checks, 1)
+             if check.verdict == result.verdict]
+    found = [(number, item) for number, item in found if item is not None]
+    measured = [pair for pair in found if math.isfinite(pair[1].centre_slack)]
+    if measured:
+        return min(measured, key=lambda pair: pair[1].centre_slack)
+    return found[0] if found else None
+
+
+def _headline(result: ClaimResult) -> tuple[str, str]:
+    """The deciding line of the claim as (short text, what it needs)."""
+    found = deciding(result)
+    if found is None:
+        return result.reason or NA, NA
+    number, it = found
+    value = f"Δ = {_ci_text(it.delta, it.lo, it.hi, '.4f', sign=True)}" if it.b else it.a
+    prefix = f"check {number}, " if len(result.checks) > 1 else ""
+    return f"{prefix}{it.where}: {value}" + (f" ({it.reason})" if it.reason else ""), it.need or NA
 
 
 def summary_lines(claim_results: list[ClaimResult], link: str = "claims.md") -> list[str]:
-    header = ["claim", "source", "tested on", "verdict (95%)", "deciding number [95% CI]", "points compared"]
+    header = ["claim", "source", "tested on", "verdict (95%)", "deciding line [95% CI]", "needed",
+              "points compared"]
     table = [[r.claim.id, r.claim.source, f"{r.claim.task}" + (f" ({r.view.dataset.split(' (')[0]})" if r.view else ""),
-              r.verdict, _headline(r), r.evidence] for r in claim_results]
+              r.verdict, *_headline(r), r.evidence] for r in claim_results]
     return [f"Every registered paper claim, judged on today's rows ([details]({link})):", "",
             markdown_table(header, table)]
 
@@ -453,6 +519,8 @@ def claims_markdown(claim_results: list[ClaimResult], results_dir: str) -> str:
                                                                     "per seed", "verdict"])
             if any(it.extra for it in check.items):
                 header.insert(-1, "sacreBLEU paired bootstrap")
+            if any(it.hull for it in check.items):
+                header.insert(-1, "hull read between")
             table = []
             for it in check.items:
                 v = it.verdict + (f" ({it.reason})" if it.reason else "")
@@ -463,6 +531,8 @@ def claims_markdown(claim_results: list[ClaimResult], results_dir: str) -> str:
                     row = [it.where, it.a, it.need, it.seeds or NA]
                 if "sacreBLEU paired bootstrap" in header:
                     row.append(it.extra or NA)
+                if "hull read between" in header:
+                    row.append(it.hull or NA)
                 table.append(row + [v])
             md += ["", markdown_table(header, table)]
     return "\n".join(md) + "\n"

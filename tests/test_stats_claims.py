@@ -168,3 +168,43 @@ def test_each_claim_says_which_points_it_compared(tmp_path):
     assert empty.verdict == "inconclusive" and empty.checks[0].items[0].where == "no points of nothing"
     page = report_claims.claims_markdown([result], str(tmp_path))
     assert f"| {md_escape(expected)} |" in page and f"**Points compared**: {md_escape(expected)}" in page
+
+
+def test_the_summary_shows_the_line_that_decides_the_claim(tmp_path):
+    """With quantifier "any" a failing check is decided by its line closest to holding, and with "all" a
+    holding check by its weakest line; the summary shows that line and what it needs."""
+    for seed in (0, 1):
+        _write(tmp_path, "dense", "1.0", 1.0, 0.90, seed, kind="static")
+        _write(tmp_path, "m", "far", 0.3, 0.60, seed)
+        _write(tmp_path, "m", "near", 0.5, 0.80, seed)
+        _write(tmp_path, "m", "mid", 0.7, 0.70, seed)
+    views = _views(tmp_path)
+
+    def summary(check):
+        claim = Claim("c", "test", "test", "toy", (Reaches(Select("dense"), 0.5), check), dataset=DATASET)
+        result = report_claims.evaluate(claim, views, tmp_path)
+        return result, report_claims.summary_lines([result])[-1]
+
+    result, line = summary(Beats(Select("m"), Select("dense"), margin=-0.01, b_is_point=True, quantifier="any"))
+    assert result.verdict == "does not hold"
+    assert "check 2, m tau=near (50.0%): Δ = -0.1000" in line and f"| {md_escape('Δ > -0.01')} |" in line
+    result, line = summary(Reaches(Select("m"), 0.55, quantifier="all"))
+    assert result.verdict == "holds" and "check 2, m tau=far (30.0%): 0.6000" in line and "| at least 0.55 |" in line
+    # a claim that fails on its first check is decided there, whatever the later checks say
+    claim = Claim("c", "test", "test", "toy", (Reaches(Select("m"), 0.75, quantifier="all"),
+                                                Reaches(Select("dense"), 0.5)), dataset=DATASET)
+    result = report_claims.evaluate(claim, views, tmp_path)
+    assert report_claims.deciding(result)[0] == 1 and "tau=far" in report_claims.deciding(result)[1].where
+
+
+def test_a_budget_names_the_points_its_hull_value_lies_between(tmp_path):
+    """A budget's value is read on the hull: the claims page names the measured points either side (or the
+    one it sits on, or the last Pareto point the hull stays flat after), and "not measured" outside."""
+    for knob, frac, accuracy in (("far", 0.3, 0.60), ("near", 0.5, 0.80), ("mid", 0.7, 0.70)):
+        _write(tmp_path, "m", knob, frac, accuracy, 0)
+    points = report_claims.select_points(_views(tmp_path)[0], Select("m"))
+    segment = lambda budget: report_claims.hull_segment(points, budget, True)  # noqa: E731
+    assert segment(0.4) == "tau=far (30.0%) to tau=near (50.0%)"
+    assert segment(0.5) == "tau=near (50.0%)"
+    assert segment(0.6) == "tau=near (50.0%), flat beyond it (the costlier points are dominated)"
+    assert segment(0.2) == segment(0.8) == "not measured"
