@@ -513,6 +513,9 @@ def hull_draws(cost, quality_draws: np.ndarray, budget: float, higher_is_better:
 # ---------------------------------------------------------------------------------------------
 # Summaries and tables
 # ---------------------------------------------------------------------------------------------
+FRONT_SURE = 0.95  # a point counts as surely on the front when it is in this share of the resamples
+
+
 def summarize(view: TaskView):
     """One line per curve: counts, Pareto flag, quality at budgets, cost to reach dense, AUC, hypervolume.
 
@@ -537,6 +540,9 @@ def summarize(view: TaskView):
             "method": curve, "knob": pts["knob_name"].iloc[0], "kind": pts["knob_kind"].iloc[0],
             "points": len(pts), "seeds": view.rows.loc[view.rows["curve"] == curve, "seed"].nunique(),
             "pareto": int(on_front[points.index.get_indexer(idx)].sum()),
+            # points on the front in at least 95% of the bootstrap resamples (None: no draws)
+            "pareto_sure": (int((pts["front_share"] >= FRONT_SURE).sum())
+                            if "front_share" in pts and pts["front_share"].notna().any() else None),
         }
         draws = [point_draws(view, keys) for keys in pts["keys"]] if "keys" in pts else []
         for budget in BUDGETS:
@@ -592,7 +598,9 @@ def summary_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
     header += [f"cost to reach dense {'−' if view.higher_is_better else '+'} δ", "normalized AUC", "hypervolume"]
     table = []
     for s in summary.to_dict("records"):
-        flag = f"yes ({s['pareto']}/{s['points']})" if s["pareto"] else "no"
+        sure = s.get("pareto_sure")
+        flag = (f"yes ({s['pareto']}/{s['points']}" + (f"; {sure} in ≥ {FRONT_SURE:.0%} of resamples" if sure is not None
+                                                        else "") + ")") if s["pareto"] else "no"
         table.append([s["method"], s["knob"], s["kind"], str(s["points"]), str(s["seeds"]), flag]
                      + [_with_ci(s[f"q@{b:.0%}"], s[f"ci@{b:.0%}"]) for b in BUDGETS]
                      + [_num(100 * s["reach"], ".1f", "%"), _num(s["auc"]), _num(s["hv"])])
@@ -728,7 +736,9 @@ def _header(results_dir: str, n_rows: int) -> list[str]:
         "WER), " + ", ".join(f"{v:g} for {k}" for k, v in DELTA_BY_METRIC.items()) + " (0-100 scale).",
         f"Hypervolume: cost as a fraction of dense cost, reference point = ({REFERENCE_COST:g} × dense cost, "
         f"reference quality per metric: {refs}; other metrics 0 if ↑, 1 if ↓).",
-        "Pareto-optimal: yes (k/n) = k of the method's n points are on the task's overall front.",
+        f"Pareto-optimal: yes (k/n; j in ≥ {FRONT_SURE:.0%} of resamples) = k of the method's n points are on the "
+        "task's overall front by their seed means, and j of them are on it in at least that share of the bootstrap "
+        "resamples of the test examples (the points table gives each point's share).",
         "What has been run (points, seeds, protocol per method): [status.md](status.md); how long the dense "
         "bases train and what more steps would gain: [curves.md](curves.md).",
     ]
