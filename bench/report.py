@@ -744,6 +744,14 @@ def _header(results_dir: str, n_rows: int) -> list[str]:
     ]
 
 
+def dataset_tag(dataset: str) -> str:
+    """A short name for a section's dataset: its name before the first parenthesis, and the evaluation set
+    when the dataset names one ("...; eval <set>: <size>"), so that sections of one task stay apart."""
+    name = dataset.split(" (")[0].strip()
+    evaluation = re.search(r"; eval ([^:;]+)", dataset)
+    return f"{name}, eval {evaluation.group(1).strip()}" if evaluation else name
+
+
 def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[str, list[str]],
                       results_dir: str, claims_summary: list[str] | None = None,
                       notes: dict[str, list[str]] | None = None) -> list[str]:
@@ -762,7 +770,7 @@ def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[st
                 md += ["", f"Data: [{name}]({name})"]
         for caption, (header, table) in (("Summary", summary_table(view)), ("Points", points_table(view)),
                                          ("All rows", rows_table(view))):
-            md += ["", f"### {caption}: {md_escape(view.task)}, {md_escape(view.dataset[:40])}", "",
+            md += ["", f"### {caption}: {md_escape(view.task)}, {md_escape(dataset_tag(view.dataset))}", "",
                    markdown_table(header, table)]
         md += ["", "git sha: \\* = tracked code differed from that commit; ? = git could not tell."]
     return write_page(reports_dir, "leaderboard", "\n".join(md) + "\n", "Leaderboard")

@@ -341,3 +341,13 @@ def test_rows_table_marks_dirty_and_unknown_git_state(tmp_path):
     header, table = report.rows_table(view)
     by_knob = {line[1]: line[header.index("git sha")] for line in table}
     assert by_knob == {"width=1": "0123456", "tau=0.1": "0123456*", "tau=0.2": "0123456?"}
+
+
+def test_section_headings_name_the_dataset_and_its_evaluation_set_in_full_words():
+    """Sub-headings use a short dataset tag: never cut mid-word, and two sections of one task that differ in
+    their evaluation set get different headings."""
+    synthetic = "espeak-ng English (trans-de-en sentences), train 12888 utterances; eval espeak-ng held-out: 987 utterances"
+    real = "espeak-ng English (trans-de-en sentences), train 12888 utterances; eval real recordings: 10 utterances"
+    assert report.dataset_tag(synthetic) == "espeak-ng English, eval espeak-ng held-out"
+    assert report.dataset_tag(real) == "espeak-ng English, eval real recordings"
+    assert report.dataset_tag("fashion-mnist (debian dataset-fashion-mnist, 60000/10000)") == "fashion-mnist"
