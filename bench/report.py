@@ -710,11 +710,24 @@ def _section_notes(view: TaskView) -> list[str]:
                      f"{view.metric} = {view.dense['quality']:.4f}; target = dense {'−' if view.higher_is_better else '+'} δ"
                      f" (δ = {delta:g}).")
     if view.common is None:
-        notes.append("Common cost range of the swept methods: none (no swept methods, or their ranges "
-                     "do not overlap), so normalized AUC is not reported.")
+        notes.append(f"Common cost range of the swept methods: none ({disjoint_ranges(view)}), so normalized "
+                     "AUC is not reported.")
     else:
         notes.append(f"Normalized AUC over the common cost range {view.common[0]:.1%} – {view.common[1]:.1%} of dense cost.")
     return notes
+
+
+def disjoint_ranges(view: TaskView) -> str:
+    """Why a section has no common cost range: no swept methods, or the two whose ranges do not meet."""
+    ranges = {curve: (float(c["frac"].min()), float(c["frac"].max()))
+              for curve, c in view.points.groupby("curve", sort=False) if is_swept(c)}
+    if not ranges:
+        return "no swept methods"
+    ends_first = min(ranges, key=lambda curve: ranges[curve][1])
+    starts_last = max(ranges, key=lambda curve: ranges[curve][0])
+    (lo_a, hi_a), (lo_b, hi_b) = ranges[ends_first], ranges[starts_last]
+    return (f"{ends_first} ({lo_a:.1%} – {hi_a:.1%}) ends below where {starts_last} ({lo_b:.1%} – {hi_b:.1%}) "
+            "starts")
 
 
 def _header(results_dir: str, n_rows: int) -> list[str]:

@@ -351,3 +351,14 @@ def test_section_headings_name_the_dataset_and_its_evaluation_set_in_full_words(
     assert report.dataset_tag(synthetic) == "espeak-ng English, eval espeak-ng held-out"
     assert report.dataset_tag(real) == "espeak-ng English, eval real recordings"
     assert report.dataset_tag("fashion-mnist (debian dataset-fashion-mnist, 60000/10000)") == "fashion-mnist"
+
+
+def test_a_section_without_a_common_cost_range_names_the_ranges_that_do_not_meet():
+    rows = [_row("cheap", "eval", k, f, 0.8) for k, f in (("a", 0.2), ("b", 0.4))]
+    rows += [_row("costly", "eval", k, f, 0.8) for k, f in (("a", 1.1), ("b", 1.3))]
+    rows.append(_row("dense", "static", "1.0", 1.0, 0.9))
+    view = report.task_views(pd.DataFrame([vars(r) for r in rows]))[0]
+    assert view.common is None
+    assert report.disjoint_ranges(view) == "cheap (20.0% – 40.0%) ends below where costly (110.0% – 130.0%) starts"
+    view = report.task_views(pd.DataFrame([vars(rows[-1])]))[0]
+    assert report.disjoint_ranges(view) == "no swept methods"
