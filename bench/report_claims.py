@@ -206,6 +206,10 @@ def _ci_text(value: float, lo: float, hi: float, spec: str = ".4f", sign: bool =
     return text if not (math.isfinite(lo) and math.isfinite(hi)) else f"{text} [{lo:{fmt}}, {hi:{fmt}}]"
 
 
+def _note(text: str) -> str:
+    return f" ({text})" if text else ""
+
+
 def _point_text(view: TaskView, point) -> str:
     lo, hi = view.unc.ci(point["keys"])
     return (f"{point['curve']} {point['knob_name']}={knob_label(point['knob_value'])} "
@@ -240,6 +244,22 @@ def _point_keys(*frames) -> tuple[tuple[str, ...], ...]:
 # ---------------------------------------------------------------------------------------------
 # Checks
 # ---------------------------------------------------------------------------------------------
+def constant_prediction(view: TaskView, keys) -> str:
+    """A note when every seed of a point predicts one and the same output on every test example (a model
+    that learned nothing about the input: its accuracy is the label frequency); "" otherwise or when a seed
+    has no per-sample predictions."""
+    outputs = set()
+    for key in keys:
+        samples = view.unc.samples.get(key) if view.unc is not None else None
+        if samples is None or "prediction" not in samples.columns or len(samples) == 0:
+            return ""
+        distinct = samples["prediction"].unique()
+        if len(distinct) != 1:
+            return ""
+        outputs.add(str(distinct[0]))
+    return f"every seed outputs {' / '.join(sorted(outputs))} on every example" if outputs else ""
+
+
 def _reaches(view: TaskView, check: Reaches) -> CheckResult:
     pts = select_points(view, check.select)
     hib = view.higher_is_better
@@ -263,7 +283,8 @@ def _reaches(view: TaskView, check: Reaches) -> CheckResult:
         word = ("worse than" if check.fails else "at least") if hib else ("above" if check.fails else "at most")
         items.append(Item(
             where=f"{point['curve']} {point['knob_name']}={knob_label(point['knob_value'])} ({100 * point['frac']:.1f}%)",
-            a=_ci_text(point["quality"], lo, hi), b="", delta=g, lo=glo, hi=ghi,
+            a=_ci_text(point["quality"], lo, hi) + _note(constant_prediction(view, point["keys"])), b="",
+            delta=g, lo=glo, hi=ghi,
             need=f"{word} {check.threshold:g}",
             seeds=", ".join(f"s{s}: {float(_goodness(v, hib)):.4f}" for s, v in sorted(per_seed.items())),
             verdict=result, reason=reason, slack=slack))
@@ -341,7 +362,7 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
         value = quality_at_budget(a_pts["frac"], a_pts["quality"], x, hib)
         return value, (hull_draws(a_pts["frac"], np.stack(a_draws), x, hib) if have else None)
 
-    def item(where, qa, da, qb, db, per_seed, extra="", pvalues=(), hull="") -> Item:
+    def item(where, qa, da, qb, db, per_seed, extra="", pvalues=(), hull="", a_note="") -> Item:
         delta = float(_goodness(qa, hib) - _goodness(qb, hib)) if math.isfinite(qa) and math.isfinite(qb) else math.nan
         lo = hi = math.nan
         if da is not None and db is not None:
@@ -355,7 +376,9 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
         a_lo, a_hi = stats.interval(da) if da is not None else (math.nan, math.nan)
         b_lo, b_hi = stats.interval(db) if db is not None else (math.nan, math.nan)
         need = (f"Δ > {check.margin:+g}" if check.margin else "Δ > 0")
-        return Item(where, _ci_text(qa, a_lo, a_hi), _ci_text(qb, b_lo, b_hi), delta, lo, hi, need,
+        b_note = _note(constant_prediction(view, b_point["keys"])) if check.b_is_point else ""
+        return Item(where, _ci_text(qa, a_lo, a_hi) + _note(a_note), _ci_text(qb, b_lo, b_hi) + b_note, delta, lo,
+                    hi, need,
                     ", ".join(f"s{s}: {v:+.4f}" for s, v in sorted(per_seed.items()) if math.isfinite(v)),
                     result, reason, extra, (lo - check.margin, hi - check.margin), hull)
 
@@ -389,7 +412,7 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
                         extra.append(f"s{seed}: p = {test['p_value']:.3f}")
             items.append(item(f"{check.a.name} {point['knob_name']}={knob_label(point['knob_value'])} "
                               f"({100 * point['frac']:.1f}%)", float(point["quality"]), da, qb, db, per_seed,
-                              "; ".join(extra), pvalues))
+                              "; ".join(extra), pvalues, a_note=constant_prediction(view, point["keys"])))
     title = check.title or f"{check.a.name} better than {check.b.name}"
     return CheckResult(title, check.quantifier, items, combine([i.verdict for i in items], check.quantifier),
                        (check.a.name, check.b.name),

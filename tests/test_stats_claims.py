@@ -63,13 +63,17 @@ def test_hull_draws_match_quality_at_budget():
             assert (np.isnan(expected) and np.isnan(draws[j])) or draws[j] == pytest.approx(expected)
 
 
-def _write(results_dir, method, knob, frac, accuracy, seed, n=2000, kind="train", protocol=results.PROTOCOL_VERSION):
+def _write(results_dir, method, knob, frac, accuracy, seed, n=2000, kind="train", protocol=results.PROTOCOL_VERSION,
+           constant=False):
     rng = np.random.default_rng(zlib.crc32(f"{method}/{knob}/{seed}".encode()))  # stable across processes
     score = (np.arange(n) < round(accuracy * n)).astype(float)  # exactly the intended accuracy ...
     rng.shuffle(score)  # ... on examples drawn at random
     row = dataclasses.replace(_row(method, kind, knob, frac, float(score.mean()), seed=seed), n_eval=n,
                               protocol=protocol)
-    samples = pd.DataFrame({"target": 0, "prediction": 0, "score": score, "macs": frac, "index": np.arange(n)})
+    target = (score if constant else np.zeros(n)).astype(int)  # a constant predictor: label 1 at the accuracy's rate
+    prediction = np.ones(n, dtype=int) if constant else (1 - score).astype(int)  # right exactly where score is 1
+    samples = pd.DataFrame({"target": target, "prediction": prediction, "score": score, "macs": frac,
+                            "index": np.arange(n)})
     results.append(results_dir, row, f"{method}-{knob}-s{seed}", samples)
 
 
@@ -222,3 +226,17 @@ def test_the_leaderboard_says_how_many_front_points_survive_the_resamples(tmp_pa
     flag = {line[0]: line[header.index("Pareto-optimal")] for line in table}
     assert flag["m"] == "yes (1/2; 1 in ≥ 95% of resamples)"
     assert flag["n"] == "yes (1/1; 0 in ≥ 95% of resamples)"
+
+
+def test_a_point_that_outputs_one_class_everywhere_says_so(tmp_path):
+    """A model that predicts one label on every example scores the label frequency; the claims page says so
+    beside its value, so two such rows with equal numbers read as what they are."""
+    for seed in (0, 1):
+        _write(tmp_path, "dense", "1.0", 1.0, 0.90, seed, kind="static")
+        _write(tmp_path, "flat", "a", 0.5, 0.50, seed, constant=True)
+    views = _views(tmp_path)
+    claim = Claim("c", "test", "test", "toy", (Reaches(Select("flat"), 0.6, fails=True),
+                                                Reaches(Select("dense"), 0.6)), dataset=DATASET)
+    result = report_claims.evaluate(claim, views, tmp_path)
+    flat, dense = result.checks[0].items[0].a, result.checks[1].items[0].a
+    assert flat.endswith("(every seed outputs 1 on every example)") and "every seed" not in dense
