@@ -336,17 +336,22 @@ def _aggregate(rows, macs_dense: float):
     for column in ("setting", "variant", "row_key"):
         if column not in rows:
             rows = rows.assign(**{column: ""})
+    # a row's fraction of dense cost is against its own run's dense base (``macs_dense``: the base of the same
+    # seed, whose cost can differ by seed where decoding lengths do); the section's dense cost otherwise
+    own = rows["macs_dense"] if "macs_dense" in rows else None
+    own_ok = own.gt(0) & np.isfinite(own.astype(float)) if own is not None else False
+    rows = rows.assign(_frac=(rows["macs_mean"] / own).where(own_ok, rows["macs_mean"] / macs_dense)
+                       if own is not None else rows["macs_mean"] / macs_dense)
     grouped = rows.groupby(["curve", "method", "knob_value"], sort=False)
     points = grouped.agg(
         knob_kind=("knob_kind", "first"), knob_name=("knob_name", "first"),
-        cost=("macs_mean", "mean"), quality=("quality", "mean"),
+        cost=("macs_mean", "mean"), frac=("_frac", "mean"), quality=("quality", "mean"),
         q_min=("quality", "min"), q_max=("quality", "max"), n_seeds=("seed", "nunique"),
         latency_ms=("latency_b1_ms", "mean"), latency_ratio=("latency_b1_ratio", "mean"),
         throughput_ratio=("throughput_ratio", "mean"),
         keys=("row_key", tuple), seeds=("seed", tuple), variant=("variant", "first"),
         setting=("setting", "first"),
     ).reset_index()
-    points["frac"] = points["cost"] / macs_dense
     return points.sort_values(["curve", "cost"], kind="stable").reset_index(drop=True)
 
 
@@ -607,6 +612,12 @@ def summary_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
     return header, table
 
 
+def _own_dense(row: dict, section_dense: float) -> float:
+    """The dense cost a row is a fraction of: its own run's base (``macs_dense``), else the section's."""
+    own = float(row.get("macs_dense", math.nan))
+    return own if math.isfinite(own) and own > 0 else section_dense
+
+
 def rows_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
     unit, scale = macs_unit(view.macs_dense)
     header = ["method", "knob", f"{view.metric} [95% CI]", f"mean {unit}", "% dense", f"p10/p50/p90 {unit}",
@@ -624,7 +635,7 @@ def rows_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
         load = r["_load"] if r["_load"] != "loaded" else f"LOADED ({float(r['timing_load_avg']):.1f} on {int(r['timing_cpus'])} CPUs)"
         table.append([
             r["curve"], f"{r['knob_name']}={knob_label(r['knob_value'])}", _with_ci(r["quality"], ci),
-            _num(r["macs_mean"] / scale, ".4g"), _num(100 * r["macs_mean"] / view.macs_dense, ".1f", "%"),
+            _num(r["macs_mean"] / scale, ".4g"), _num(100 * r["macs_mean"] / _own_dense(r, view.macs_dense), ".1f", "%"),
             "/".join(_num(r[k] / scale, ".4g") for k in ("macs_p10", "macs_p50", "macs_p90")),
             _num(r["latency_b1_ms"], ".3g"), _num(r["throughput_per_s"], ".4g"),
             _num(r.get("latency_b1_ratio"), ".3g"), _num(r.get("throughput_ratio"), ".3g"),

@@ -362,3 +362,21 @@ def test_a_section_without_a_common_cost_range_names_the_ranges_that_do_not_meet
     assert report.disjoint_ranges(view) == "cheap (20.0% – 40.0%) ends below where costly (110.0% – 130.0%) starts"
     view = report.task_views(pd.DataFrame([vars(rows[-1])]))[0]
     assert report.disjoint_ranges(view) == "no swept methods"
+
+
+def test_cost_fractions_are_against_each_seeds_own_dense_base():
+    """Where the dense base's cost differs by seed (decoding lengths), each row is a fraction of its own
+    seed's base, so the base sits at exactly 100% and a method at half its own base's cost at 50%."""
+    import dataclasses
+
+    rows = []
+    for seed, base in ((0, 100.0), (1, 120.0)):
+        dense = dataclasses.replace(_row("dense", "static", "1.0", 1.0, 0.9, seed=seed), macs_mean=base, macs_dense=base)
+        half = dataclasses.replace(_row("m", "eval", "a", 0.5, 0.8, seed=seed), macs_mean=base / 2, macs_dense=base)
+        rows += [dense, half]
+    rows.append(dataclasses.replace(_row("n", "eval", "a", 0.5, 0.8, seed=1), macs_mean=60.0, macs_dense=120.0))
+    (view,) = report.task_views(pd.DataFrame([vars(r) for r in rows]))
+    frac = dict(zip(view.points["method"], view.points["frac"]))
+    assert frac == {"dense": pytest.approx(1.0), "m": pytest.approx(0.5), "n": pytest.approx(0.5)}
+    header, table = report.rows_table(view)
+    assert {line[header.index("% dense")] for line in table} == {"100.0%", "50.0%"}
