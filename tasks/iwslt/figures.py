@@ -48,7 +48,9 @@ def depth_table(rows: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
         per_token = (float(samples["decoder_macs"].sum() / max(tokens.sum(), 1.0))
                      if tokens is not None and "decoder_macs" in samples else float("nan"))
         lo, hi = (float(getattr(row, "quality_lo", np.nan)), float(getattr(row, "quality_hi", np.nan)))
-        out.append({"method": row.method, "seed": int(row.seed), "knob_value": str(row.knob_value),
+        variant = row.variant if isinstance(row.variant, str) else ""
+        curve = getattr(row, "curve", None) or (f"{row.method} [{variant}]" if variant else row.method)
+        out.append({"method": row.method, "curve": curve, "seed": int(row.seed), "knob_value": str(row.knob_value),
                     "variant": row.variant, "bleu": float(row.quality), "bleu_lo": lo, "bleu_hi": hi,
                     "macs_per_sentence": float(row.macs_mean),
                     "decoder_macs_per_token": per_token, "avg_decoder_depth": depth})
@@ -97,21 +99,27 @@ def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path
     dataset = rows["dataset"].iloc[0]
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
     palette = plt.get_cmap("tab10")
-    for i, ((method, seed), group) in enumerate(table.groupby(["method", "seed"], sort=True)):
-        color = palette(i % 10)
+    # one series per configuration and seed (the report's curve names: a method's variants stay apart); a
+    # colour per configuration, a marker per seed
+    colours = {curve: palette(i % 10) for i, curve in enumerate(sorted(table["curve"].unique()))}
+    markers = {seed: "osD^v"[i % 5] for i, seed in enumerate(sorted(table["seed"].unique()))}
+    for (curve, seed), group in table.groupby(["curve", "seed"], sort=True):
+        method = group["method"].iloc[0]
+        color = colours[curve]
         fixed = group["knob_value"].str.startswith("exit")
-        for mask, style, suffix in ((~fixed, "o", ""), (fixed, "x", " fixed exit")):
+        for mask, style, suffix in ((~fixed, markers[seed], ""), (fixed, "x", " fixed exit")):
             part = group[mask].sort_values("avg_decoder_depth")
             if part.empty:
                 continue
-            label = f"{method} s{seed}{suffix}"
+            label = f"{curve} s{seed}{suffix}"
             yerr = [part["bleu"] - part["bleu_lo"], part["bleu_hi"] - part["bleu"]]  # NaN: no interval drawn
-            for ax, x in zip(axes, ("avg_decoder_depth", "macs_per_sentence", "decoder_macs_per_token")):
-                ax.errorbar(part[x], part["bleu"], yerr=yerr, fmt=style, color=color, label=label, capsize=1.5,
+            for ax, x, scale in zip(axes, ("avg_decoder_depth", "macs_per_sentence", "decoder_macs_per_token"),
+                                    (1.0, 1e6, 1e6)):
+                ax.errorbar(part[x] / scale, part["bleu"], yerr=yerr, fmt=style, color=color, label=label, capsize=1.5,
                             elinewidth=0.6, linestyle="-" if method == "dat" and not suffix else "none", alpha=0.85)
-    axes[0].set(xlabel="average decoder depth (blocks per output token)", ylabel="sacreBLEU ↑")
-    axes[1].set(xlabel="MACs per source sentence (encoder + decoder, all beams)", ylabel="sacreBLEU ↑")
-    axes[2].set(xlabel="decoder MACs per generated token", ylabel="sacreBLEU ↑")
+    axes[0].set(xlabel="decoder blocks per output token (without exits: all)", ylabel="sacreBLEU ↑")
+    axes[1].set(xlabel="MMACs per source sentence (encoder + decoder, all beams)", ylabel="sacreBLEU ↑")
+    axes[2].set(xlabel="decoder MMACs per generated token", ylabel="sacreBLEU ↑")
     for ax in axes:
         ax.grid(alpha=0.3)
     axes[2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
