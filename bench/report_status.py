@@ -17,16 +17,34 @@ def cell(rows, point=("variant", "knob_value")) -> str:
     """Rows as a short text: per protocol version, the points (rows alike in the ``point`` columns) counted
     by the seeds they have, e.g. "6 points · seeds 0, 1, 2; 1 point · seed 0 (protocol 2)"."""
     parts = []
+    point = list(point)
     rows = rows.assign(_protocol=protocol_versions(rows))
     for protocol, group in sorted(rows.groupby("_protocol"), key=lambda kv: kv[0]):
-        points = group.groupby(list(point), dropna=False)["seed"].apply(lambda s: tuple(sorted(set(s))))
-        by_seeds: dict[tuple, int] = {}
-        for seeds in points:
-            by_seeds[seeds] = by_seeds.get(seeds, 0) + 1
-        text = "; ".join(f"{n} point{'s' if n > 1 else ''} · seed{'s' if len(s) > 1 else ''} "
-                         f"{', '.join(str(int(x)) for x in s)}" for s, n in sorted(by_seeds.items(), key=lambda kv: -kv[1]))
-        parts.append(f"{text} (protocol {protocol})")
+        points = group.groupby(point, dropna=False)["seed"].apply(lambda s: tuple(sorted(set(s))))
+        by_seeds: dict[tuple, list] = {}
+        for values, seeds in points.items():
+            by_seeds.setdefault(seeds, []).append(values if isinstance(values, tuple) else (values,))
+        ordered = sorted(by_seeds.items(), key=lambda kv: -len(kv[1]))
+        texts = []
+        for rank, (seeds, members) in enumerate(ordered):
+            n = len(members)
+            text = f"{n} point{'s' if n > 1 else ''} · seed{'s' if len(seeds) > 1 else ''} " + \
+                ", ".join(str(int(x)) for x in seeds)
+            if rank > 0 and n <= NAMED:  # the few points short of the usual seeds: say which
+                text += ": " + ", ".join(_point_name(dict(zip(point, values))) for values in sorted(members, key=str))
+            texts.append(text)
+        parts.append(f"{'; '.join(texts)} (protocol {protocol})")
     return " / ".join(parts)
+
+
+NAMED = 3  # a group of at most this many points with other seeds than the largest group is named
+
+
+def _point_name(point: dict) -> str:
+    """A point as its curve (or variant) and knob, e.g. "dense size=w0.5-d1"."""
+    knob = f"{point['knob_name']}={point['knob_value']}" if "knob_name" in point else str(point.get("knob_value", ""))
+    where = point.get("curve") or (f"[{point['variant']}]" if point.get("variant") else "")
+    return f"{where} {knob}".strip()
 
 
 def write(frame, reports_dir: Path | str, results_dir: str = "results") -> list[str]:

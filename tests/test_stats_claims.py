@@ -165,7 +165,7 @@ def test_each_claim_says_which_points_it_compared(tmp_path):
     # a point two checks share counts once; points above max_cost are not compared
     result = evaluate(Beats(Select("good"), Select("bad"), max_cost=0.6), Reaches(Select("good", knob="a"), 0.5),
                       Reaches(Select("dense"), 0.5))
-    expected = f"1 point · seeds 0, 1 (protocol 1) / 2 points · seeds 0, 1, 2; 1 point · seed 0 (protocol {new})"
+    expected = f"1 point · seeds 0, 1 (protocol 1) / 2 points · seeds 0, 1, 2; 1 point · seed 0: dense width=1.0 (protocol {new})"
     assert result.evidence == expected
     assert evaluate(Beats(Select("good"), Select("nothing"), budgets=(0.5,))).evidence == "no points"
     empty = evaluate(Reaches(Select("nothing"), 0.5))  # a selection that matches no rows says so
