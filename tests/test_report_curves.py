@@ -94,6 +94,7 @@ def test_doubling_verdicts_and_non_default_curves(tmp_path):
     assert "base trains in ≤ 60 min" in summary and "d_model=32" not in summary  # only the default is judged
     assert "Not the task's default configuration" in md
     assert f"| {default} (default) | 0.8800" in md
+    assert f"| {default} (the default's steps) | 0.7000" in md  # the d_model=32 curve is not the default
 
 
 def test_a_small_gain_with_a_wide_interval_is_inconclusive(tmp_path):
@@ -263,7 +264,7 @@ def test_a_doubling_past_the_time_limit_says_so(tmp_path):
     _write(tmp_path, default, 0.80, 0, minutes=0.9 * limit)  # the same point, re-written: a longer training
     assert doubling_line().rstrip().endswith(f"| out of reach: {2 * default} steps would take about "
                                              f"{1.8 * limit:.0f} min (twice the default's), over the "
-                                             f"{limit:g}-min limit; the gains up to the default are above |")
+                                             f"{limit:g}-min limit; the gains up to the default are in the task's section below |")
 
 
 def test_the_leaderboards_default_bases_are_points_of_the_default_curve(tmp_path):
