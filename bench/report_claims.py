@@ -257,7 +257,9 @@ def constant_prediction(view: TaskView, keys) -> str:
         if len(distinct) != 1:
             return ""
         outputs.add(str(distinct[0]))
-    return f"every seed outputs {' / '.join(sorted(outputs))} on every example" if outputs else ""
+    if len(outputs) == 1:
+        return f"every seed outputs {next(iter(outputs))} on every example"
+    return f"each seed outputs one label on every example ({' / '.join(sorted(outputs))})" if outputs else ""
 
 
 def _reaches(view: TaskView, check: Reaches) -> CheckResult:
