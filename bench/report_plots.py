@@ -7,7 +7,7 @@ sets, such as CCT's (p, p) and (1, p), never zigzags between them; points off it
 labelled with knob values placed so that no two labels overlap (a label that finds no free place is left
 out and counted in the figure).  Error bars: the bootstrap 95% CI of the seed mean over test examples
 (bench.stats); small horizontal ticks: the seeds' min and max.  Points on the task's overall Pareto front
-are ringed in black.  A method has the same colour in every figure.
+are ringed in black (dotted: on it by the seed means, but in fewer than 95% of the resamples).  A method has the same colour in every figure.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.figures import save_figure  # noqa: F401  (re-exported: figure modules used it from here)
-from bench.report import TaskView, knob_label, macs_unit, pareto_mask, upper_hull
+from bench.report import FRONT_SURE, TaskView, knob_label, macs_unit, pareto_mask, upper_hull
 
 METHOD_COLORS = {
     "dense": "#444444", "acm": "#1f77b4", "moefication": "#ff7f0e", "act": "#2ca02c", "avit": "#d62728",
@@ -57,6 +57,17 @@ def variant_style(number: int, static: bool) -> tuple[str, str]:
     """(marker, line style) of a method's ``number``-th curve."""
     markers = STATIC_MARKERS if static else SWEPT_MARKERS
     return markers[number % len(markers)], LINE_STYLES[number % len(LINE_STYLES)]
+
+
+def front_rings(points, higher_is_better: bool, by_share: bool = True):
+    """(sure, unsure): the points on the front by their seed means (in the figure's x), split by whether
+    they stay on it in at least :data:`FRONT_SURE` of the bootstrap resamples (``front_share``, a cost
+    front; with ``by_share`` False, or without shares, every front point is "sure")."""
+    front = points[pareto_mask(points["x"], points["quality"], higher_is_better)]
+    if not by_share or "front_share" not in front or front["front_share"].isna().all():
+        return front, front.iloc[0:0]
+    surely = front["front_share"].fillna(0.0) >= FRONT_SURE
+    return front[surely], front[~surely]
 
 
 def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "",
@@ -117,9 +128,13 @@ def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "",
         labels += [(px, py, knob_label(value), color) for px, py, value in zip(pts["x"], pts["quality"],
                                                                                 pts["knob_value"])]
 
-    front = points[pareto_mask(points["x"], points["quality"], view.higher_is_better)]
-    ax.scatter(front["x"], front["quality"], s=90, facecolors="none", edgecolors="black", linewidths=0.8,
-               label="on the task's Pareto front", zorder=3)
+    sure, unsure = front_rings(points, view.higher_is_better, by_share=(x == "cost"))
+    ax.scatter(sure["x"], sure["quality"], s=90, facecolors="none", edgecolors="black", linewidths=0.8,
+               label="on the task's Pareto front" + (f" (in ≥ {FRONT_SURE:.0%} of resamples)" if len(unsure) else ""),
+               zorder=3)
+    if len(unsure):
+        ax.scatter(unsure["x"], unsure["quality"], s=90, facecolors="none", edgecolors="black", linewidths=0.8,
+                   linestyles="dotted", label="on the front by the seed means only", zorder=3)
 
     if x == "cost":
         to_pct = lambda v: v * scale / view.macs_dense * 100  # noqa: E731

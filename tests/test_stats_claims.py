@@ -240,3 +240,18 @@ def test_a_point_that_outputs_one_class_everywhere_says_so(tmp_path):
     result = report_claims.evaluate(claim, views, tmp_path)
     flat, dense = result.checks[0].items[0].a, result.checks[1].items[0].a
     assert flat.endswith("(every seed outputs 1 on every example)") and "every seed" not in dense
+
+
+def test_the_pareto_figure_rings_uncertain_front_points_apart(tmp_path):
+    from bench import report_plots
+
+    _write(tmp_path, "dense", "1.0", 1.0, 0.90, 0, kind="static")
+    _write(tmp_path, "m", "a", 0.3, 0.60, 0)
+    _write(tmp_path, "m", "b", 0.5, 0.80, 0)
+    _write(tmp_path, "n", "c", 0.5, 0.801, 0)  # ahead of b by 2 of 2000 examples
+    view = _views(tmp_path)[0]
+    points = view.points.assign(x=view.points["cost"])
+    sure, unsure = report_plots.front_rings(points, True)
+    assert set(sure["knob_value"]) == {"a", "1.0"} and set(unsure["knob_value"]) == {"c"}
+    assert len(report_plots.front_rings(points, True, by_share=False)[1]) == 0
+    assert (tmp_path / "fig.png") == report_plots.plot_task(view, tmp_path / "fig.png")
