@@ -546,7 +546,7 @@ def summarize(view: TaskView):
             "points": len(pts), "seeds": view.rows.loc[view.rows["curve"] == curve, "seed"].nunique(),
             "pareto": int(on_front[points.index.get_indexer(idx)].sum()),
             # points on the front in at least 95% of the bootstrap resamples (None: no draws)
-            "pareto_sure": (int((pts["front_share"] >= FRONT_SURE).sum())
+            "pareto_sure": (int((on_front[points.index.get_indexer(idx)] & (pts["front_share"] >= FRONT_SURE)).sum())
                             if "front_share" in pts and pts["front_share"].notna().any() else None),
         }
         draws = [point_draws(view, keys) for keys in pts["keys"]] if "keys" in pts else []
@@ -770,7 +770,8 @@ def _header(results_dir: str, n_rows: int) -> list[str]:
 
 def dataset_tag(dataset: str) -> str:
     """A short name for a section's dataset: its name before the first parenthesis, and the evaluation set
-    when the dataset names one ("...; eval <set>: <size>"), so that sections of one task stay apart."""
+    when the dataset names one ("...; eval <set>: <size>"); the leaderboard uses the whole name where two
+    sections of one task would share a tag."""
     name = dataset.split(" (")[0].strip()
     evaluation = re.search(r"; eval ([^:;]+)", dataset)
     return f"{name}, eval {evaluation.group(1).strip()}" if evaluation else name
@@ -786,6 +787,8 @@ def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[st
     for view in views:
         title = f"{view.task} — {view.dataset}"
         md += ["", f"## {md_escape(title)}", ""] + [note + "  " for note in _section_notes(view)]
+        tag = dataset_tag(view.dataset)
+        tag = view.dataset if sum(v.task == view.task and dataset_tag(v.dataset) == tag for v in views) > 1 else tag
         md += [line for line in (notes or {}).get(f"{view.task}\0{view.dataset}", [])]
         for name in figures.get(f"{view.task}\0{view.dataset}", []):
             if name.endswith(".png"):
@@ -794,7 +797,7 @@ def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[st
                 md += ["", f"Data: [{name}]({name})"]
         for caption, (header, table) in (("Summary", summary_table(view)), ("Points", points_table(view)),
                                          ("All rows", rows_table(view))):
-            md += ["", f"### {caption}: {md_escape(view.task)}, {md_escape(dataset_tag(view.dataset))}", "",
+            md += ["", f"### {caption}: {md_escape(view.task)}, {md_escape(tag)}", "",
                    markdown_table(header, table)]
         md += ["", "git sha: \\* = tracked code differed from that commit; ? = git could not tell."]
     return write_page(reports_dir, "leaderboard", "\n".join(md) + "\n", "Leaderboard")

@@ -42,8 +42,8 @@ RULES = [
     "every check holds.",
     "* **Deciding line** (the summary): in each check, among the lines with the check's verdict, the weakest for "
     "quantifier \"all\" and the strongest for \"any\", by the centre of the line's CI against what it needs (so a "
-    "check that does not hold with \"any\" shows its line closest to holding); across the checks with the "
-    "claim's verdict, the weakest of those lines.",
+    "check that does not hold with \"any\" shows its line closest to holding), in the first check whose verdict "
+    "is the claim's.",
 ]
 
 
@@ -244,10 +244,20 @@ def _point_keys(*frames) -> tuple[tuple[str, ...], ...]:
 # ---------------------------------------------------------------------------------------------
 # Checks
 # ---------------------------------------------------------------------------------------------
+def _output_text(value) -> str:
+    """One model output as short text: an empty output (NaN when read back from CSV) says so; a text is
+    quoted and cut to 30 characters."""
+    if value != value or value == "":
+        return "an empty output"
+    if isinstance(value, str):
+        return repr(value if len(value) <= 30 else value[:29] + "…")
+    return str(value)
+
+
 def constant_prediction(view: TaskView, keys) -> str:
-    """A note when every seed of a point predicts one and the same output on every test example (a model
-    that learned nothing about the input: its accuracy is the label frequency); "" otherwise or when a seed
-    has no per-sample predictions."""
+    """A note when every seed of a point gives one and the same output on every test example (a model that
+    learned nothing about the input; for a classifier, its accuracy is that label's frequency); "" otherwise
+    or when a seed has no per-sample outputs."""
     outputs = set()
     for key in keys:
         samples = view.unc.samples.get(key) if view.unc is not None else None
@@ -256,10 +266,10 @@ def constant_prediction(view: TaskView, keys) -> str:
         distinct = samples["prediction"].unique()
         if len(distinct) != 1:
             return ""
-        outputs.add(str(distinct[0]))
+        outputs.add(_output_text(distinct[0]))
     if len(outputs) == 1:
         return f"every seed outputs {next(iter(outputs))} on every example"
-    return f"each seed outputs one label on every example ({' / '.join(sorted(outputs))})" if outputs else ""
+    return f"each seed gives one output on every example ({' / '.join(sorted(outputs))})" if outputs else ""
 
 
 def _reaches(view: TaskView, check: Reaches) -> CheckResult:
@@ -304,13 +314,14 @@ def hull_segment(pts, budget: float, higher_is_better: bool) -> str:
     if hull_c.size == 0 or not (hull_c[0] - 1e-9 <= budget <= hull_c[-1] + 1e-9):
         return "not measured"
     several = pts["curve"].nunique() > 1
+    on_front = pts[pareto_mask(pts["frac"], pts["quality"], higher_is_better)]
 
-    def name(cost: float) -> str:
-        point = pts.loc[(pts["frac"] - cost).abs().idxmin()]
+    def name(cost: float) -> str:  # a hull vertex: a Pareto point (never a dominated point of equal cost)
+        point = on_front.loc[(on_front["frac"] - cost).abs().idxmin()]
         curve = f"{point['curve']} " if several else ""
         return f"{curve}{point['knob_name']}={knob_label(point['knob_value'])} ({100 * cost:.1f}%)"
 
-    front = np.asarray(pts["frac"], dtype=float)[pareto_mask(pts["frac"], pts["quality"], higher_is_better)]
+    front = on_front["frac"].to_numpy(dtype=float)
     if budget >= front.max() - 1e-9:  # at or past the costliest Pareto point: the hull is flat there
         last = name(float(front.max()))
         return last if budget <= front.max() + 1e-9 else f"{last}, flat beyond it (the costlier points are dominated)"
@@ -436,8 +447,9 @@ def _increases(view: TaskView, check: Increases) -> CheckResult:
     def spearman(x, y, axis=-1):
         return pearsonr(rankdata(x, axis=axis), rankdata(y, axis=axis), axis=axis).statistic
 
-    items = []
     pts = select_points(view, check.select)
+    items = [] if not pts.empty else [Item(f"no points of {check.select.name}", NA, "", math.nan, math.nan,
+                                           math.nan, "ρ > 0", "", UNSURE, "no rows match the selection")]
     for _, point in pts.iterrows():
         for key, seed in zip(point["keys"], point["seeds"]):
             samples = view.unc.samples.get(key)
@@ -482,16 +494,15 @@ def evaluate(claim: Claim, views: list[TaskView], results_dir) -> ClaimResult:
 # claims.md
 # ---------------------------------------------------------------------------------------------
 def deciding(result: ClaimResult) -> tuple[int, Item] | None:
-    """(check number, line) that settles the claim's verdict. A claim needs every check, so this is the rule
-    for quantifier "all" applied to the checks with the claim's verdict: the weakest of their deciding lines
-    (:meth:`CheckResult.deciding_item`); the first such check when none was measured."""
-    found = [(number, check.deciding_item()) for number, check in enumerate(result.checks, 1)
-             if check.verdict == result.verdict]
-    found = [(number, item) for number, item in found if item is not None]
-    measured = [pair for pair in found if math.isfinite(pair[1].centre_slack)]
-    if measured:
-        return min(measured, key=lambda pair: pair[1].centre_slack)
-    return found[0] if found else None
+    """(check number, line) that settles the claim's verdict: the first check with the claim's verdict (a
+    claim needs every check, so that check alone decides a claim that does not hold or is inconclusive), and
+    in it :meth:`CheckResult.deciding_item`. Lines of different checks are not ranked against each other:
+    their numbers can be in different units (a metric, a rank correlation)."""
+    for number, check in enumerate(result.checks, 1):
+        if check.verdict == result.verdict:
+            item = check.deciding_item()
+            return (number, item) if item is not None else None
+    return None
 
 
 def _headline(result: ClaimResult) -> tuple[str, str]:

@@ -66,8 +66,8 @@ def front_rings(points, higher_is_better: bool, by_share: bool = True):
     front = points[pareto_mask(points["x"], points["quality"], higher_is_better)]
     if not by_share or "front_share" not in front or front["front_share"].isna().all():
         return front, front.iloc[0:0]
-    surely = front["front_share"].fillna(0.0) >= FRONT_SURE
-    return front[surely], front[~surely]
+    doubtful = front["front_share"] < FRONT_SURE  # a point without draws (NaN share) is not called doubtful
+    return front[~doubtful], front[doubtful]
 
 
 def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "",
@@ -128,7 +128,10 @@ def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "",
         labels += [(px, py, knob_label(value), color) for px, py, value in zip(pts["x"], pts["quality"],
                                                                                 pts["knob_value"])]
 
-    sure, unsure = front_rings(points, view.higher_is_better, by_share=(x == "cost"))
+    # the front of the cost figure is the tables' front: fractions of each row's own dense base (``frac``)
+    front_x = points.assign(x=points["frac"]) if x == "cost" else points
+    sure, unsure = front_rings(front_x, view.higher_is_better, by_share=(x == "cost"))
+    sure, unsure = points.loc[sure.index], points.loc[unsure.index]
     ax.scatter(sure["x"], sure["quality"], s=90, facecolors="none", edgecolors="black", linewidths=0.8,
                label="on the task's Pareto front" + (f" (in ≥ {FRONT_SURE:.0%} of resamples)" if len(unsure) else ""),
                zorder=3)

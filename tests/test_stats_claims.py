@@ -192,13 +192,51 @@ def test_the_summary_shows_the_line_that_decides_the_claim(tmp_path):
     result, line = summary(Beats(Select("m"), Select("dense"), margin=-0.01, b_is_point=True, quantifier="any"))
     assert result.verdict == "does not hold"
     assert "check 2, m tau=near (50.0%): Δ = -0.1000" in line and f"| {md_escape('Δ > -0.01')} |" in line
-    result, line = summary(Reaches(Select("m"), 0.55, quantifier="all"))
-    assert result.verdict == "holds" and "check 2, m tau=far (30.0%): 0.6000" in line and "| at least 0.55 |" in line
-    # a claim that fails on its first check is decided there, whatever the later checks say
-    claim = Claim("c", "test", "test", "toy", (Reaches(Select("m"), 0.75, quantifier="all"),
+    claim = Claim("c", "test", "test", "toy", (Reaches(Select("m"), 0.55, quantifier="all"),
                                                 Reaches(Select("dense"), 0.5)), dataset=DATASET)
     result = report_claims.evaluate(claim, views, tmp_path)
+    line = report_claims.summary_lines([result])[-1]
+    assert result.verdict == "holds" and "check 1, m tau=far (30.0%): 0.6000" in line and "| at least 0.55 |" in line
+    # the first check with the claim's verdict decides it, even where a later one fails by more: lines of
+    # different checks are not ranked against each other
+    claim = Claim("c", "test", "test", "toy", (Reaches(Select("m"), 0.75, quantifier="all"),
+                                                Reaches(Select("m", knob="far"), 0.95)), dataset=DATASET)
+    result = report_claims.evaluate(claim, views, tmp_path)
+    assert [c.verdict for c in result.checks] == ["does not hold", "does not hold"]
     assert report_claims.deciding(result)[0] == 1 and "tau=far" in report_claims.deciding(result)[1].where
+
+
+def _write_wer(results_dir, method, knob, frac, wer, n=2000):
+    """A WER row (lower is better) whose per-sample file holds one-word references with the given edits."""
+    rng = np.random.default_rng(zlib.crc32(f"{method}/{knob}".encode()))
+    edits = (np.arange(n) < round(wer * n)).astype(float)
+    rng.shuffle(edits)
+    row = dataclasses.replace(_row(method, "train", knob, frac, float(edits.mean())), n_eval=n, metric="wer",
+                              higher_is_better=False, metric_signature="wer")
+    samples = pd.DataFrame({"word_edits": edits, "ref_words": 1.0, "macs": frac, "index": np.arange(n)})
+    results.append(results_dir, row, f"{method}-{knob}", samples)
+
+
+@pytest.mark.parametrize("fails,quantifier,verdict,decides", [
+    (False, "any", "holds", "low"),        # WER at most 0.35: the lowest WER is the strongest line
+    (False, "all", "does not hold", "high"),  # ... and the highest the line that fails most
+    (True, "all", "does not hold", "low"),    # WER above 0.25 ("fails"): the lowest WER fails it most
+    (True, "any", "holds", "high"),           # ... and the highest holds it most
+])
+def test_the_deciding_line_follows_the_metric_direction_and_fails(tmp_path, fails, quantifier, verdict, decides):
+    """Slack points towards "holds" for a lower-is-better metric and for a "stays below" (fails) check."""
+    from bench import stats
+
+    assert stats.EDIT_METRICS["wer"] == ("word_edits", "ref_words")
+    for knob, frac, wer in (("low", 0.3, 0.20), ("mid", 0.5, 0.30), ("high", 0.7, 0.40)):
+        _write_wer(tmp_path, "w", knob, frac, wer)
+    views = _views(tmp_path)
+    claim = Claim("c", "test", "test", "toy",
+                  (Reaches(Select("w"), 0.25 if fails else 0.35, fails=fails, quantifier=quantifier),),
+                  dataset=DATASET)
+    result = report_claims.evaluate(claim, views, tmp_path)
+    assert result.verdict == verdict
+    assert f"tau={decides} " in report_claims.deciding(result)[1].where
 
 
 def test_a_budget_names_the_points_its_hull_value_lies_between(tmp_path):
@@ -240,6 +278,8 @@ def test_a_point_that_outputs_one_class_everywhere_says_so(tmp_path):
     result = report_claims.evaluate(claim, views, tmp_path)
     flat, dense = result.checks[0].items[0].a, result.checks[1].items[0].a
     assert flat.endswith("(every seed outputs 1 on every example)") and "every seed" not in dense
+    assert report_claims._output_text(float("nan")) == "an empty output"  # an empty text read back from CSV
+    assert report_claims._output_text("x" * 40) == repr("x" * 29 + "…")
 
 
 def test_the_pareto_figure_rings_uncertain_front_points_apart(tmp_path):
