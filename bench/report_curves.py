@@ -599,7 +599,8 @@ def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
             elif default and target.minutes and 2 * default.train_minutes > target.minutes:
                 verdict = (f"out of reach: {2 * curve.default_steps} steps would take about "
                            f"{2 * default.train_minutes:.0f} min (twice the default's), over the "
-                           f"{target.minutes:g}-min limit; the gains up to the default are in the task's "Gain from more steps" table")
+                           f"{target.minutes:g}-min limit; the gains up to the default are in the task's 'Gain from more steps' "
+                           "table")
             else:
                 verdict = f"not run ({2 * curve.default_steps} steps)"
             checks.append([f"doubling the default gains < {target.doubling_gain:g}", value, verdict])

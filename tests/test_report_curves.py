@@ -264,7 +264,7 @@ def test_a_doubling_past_the_time_limit_says_so(tmp_path):
     _write(tmp_path, default, 0.80, 0, minutes=0.9 * limit)  # the same point, re-written: a longer training
     assert doubling_line().rstrip().endswith(f"| out of reach: {2 * default} steps would take about "
                                              f"{1.8 * limit:.0f} min (twice the default's), over the "
-                                             f"{limit:g}-min limit; the gains up to the default are in the task's "Gain from more steps" table |")
+                                             f"{limit:g}-min limit; the gains up to the default are in the task's 'Gain from more steps' table |")
 
 
 def test_the_leaderboards_default_bases_are_points_of_the_default_curve(tmp_path):
