@@ -329,6 +329,16 @@ def _curve_labels(rows) -> list[str]:
     return labels
 
 
+def row_fractions(rows, macs_dense: float):
+    """Each row's fraction of dense cost, against its own run's dense base (``macs_dense``: the base of the
+    same seed, whose cost can differ by seed where decoding lengths do); against the section's dense cost
+    ``macs_dense`` where a row lacks its own."""
+    if "macs_dense" not in rows:
+        return rows["macs_mean"].astype(float) / macs_dense
+    own = rows["macs_dense"].astype(float)
+    return rows["macs_mean"].astype(float) / own.where(own.gt(0) & np.isfinite(own), macs_dense)
+
+
 def _aggregate(rows, macs_dense: float):
     for column in ("latency_b1_ratio", "throughput_ratio"):  # absent from rows of schema version 1
         if column not in rows:
@@ -336,12 +346,7 @@ def _aggregate(rows, macs_dense: float):
     for column in ("setting", "variant", "row_key"):
         if column not in rows:
             rows = rows.assign(**{column: ""})
-    # a row's fraction of dense cost is against its own run's dense base (``macs_dense``: the base of the same
-    # seed, whose cost can differ by seed where decoding lengths do); the section's dense cost otherwise
-    own = rows["macs_dense"] if "macs_dense" in rows else None
-    own_ok = own.gt(0) & np.isfinite(own.astype(float)) if own is not None else False
-    rows = rows.assign(_frac=(rows["macs_mean"] / own).where(own_ok, rows["macs_mean"] / macs_dense)
-                       if own is not None else rows["macs_mean"] / macs_dense)
+    rows = rows.assign(_frac=row_fractions(rows, macs_dense))
     grouped = rows.groupby(["curve", "method", "knob_value"], sort=False)
     points = grouped.agg(
         knob_kind=("knob_kind", "first"), knob_name=("knob_name", "first"),

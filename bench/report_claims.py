@@ -16,7 +16,8 @@ import numpy as np
 from bench import stats
 from bench.claims import Beats, Claim, Increases, Reaches, Select
 from bench.report import (NA, TaskView, _goodness, hull_draws, knob_label, markdown_table, md_escape,
-                          pareto_mask, quality_at_budget, upper_hull, write_page)
+                          pareto_mask, quality_at_budget, row_fractions, upper_hull,
+                          write_page)
 
 HOLDS, FAILS, UNSURE = "holds", "does not hold", "inconclusive"
 RULES = [
@@ -345,6 +346,8 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
     b_draws = [view.unc.mean_draws(k) for k in b_pts["keys"]]
     have = all(d is not None for d in a_draws + b_draws)
     a_seeds, b_seeds = _seed_rows(view, a_pts), _seed_rows(view, b_pts)
+    # a seed's hull is drawn at its own rows' costs, not the seed means'
+    own_frac = dict(zip(view.rows["row_key"], row_fractions(view.rows, view.macs_dense)))
     b_point = b_pts.iloc[0] if check.b_is_point else None
     if check.b_is_point and len(b_pts) != 1:
         found = "; ".join(f"{p['curve']} {p['knob_name']}={knob_label(p['knob_value'])}" for _, p in b_pts.iterrows())
@@ -362,16 +365,16 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
             return float(b_point["quality"]), (b_draws[0] if have else None)
         if seed is not None:
             entries = b_seeds.get(seed, {})
-            sub = b_pts.loc[list(entries)]
-            return quality_at_budget(sub["frac"], [entries[i][0] for i in sub.index], x, hib), None
+            return quality_at_budget([own_frac[e[1]] for e in entries.values()], [e[0] for e in entries.values()],
+                                     x, hib), None
         value = quality_at_budget(b_pts["frac"], b_pts["quality"], x, hib)
         return value, (hull_draws(b_pts["frac"], np.stack(b_draws), x, hib) if have else None)
 
     def a_at(x: float, seed: int | None = None) -> tuple[float, np.ndarray | None]:
         if seed is not None:
             entries = a_seeds.get(seed, {})
-            sub = a_pts.loc[list(entries)]
-            return quality_at_budget(sub["frac"], [entries[i][0] for i in sub.index], x, hib), None
+            return quality_at_budget([own_frac[e[1]] for e in entries.values()], [e[0] for e in entries.values()],
+                                     x, hib), None
         value = quality_at_budget(a_pts["frac"], a_pts["quality"], x, hib)
         return value, (hull_draws(a_pts["frac"], np.stack(a_draws), x, hib) if have else None)
 

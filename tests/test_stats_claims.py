@@ -295,3 +295,25 @@ def test_the_pareto_figure_rings_uncertain_front_points_apart(tmp_path):
     assert set(sure["knob_value"]) == {"a", "1.0"} and set(unsure["knob_value"]) == {"c"}
     assert len(report_plots.front_rings(points, True, by_share=False)[1]) == 0
     assert (tmp_path / "fig.png") == report_plots.plot_task(view, tmp_path / "fig.png")
+
+
+def test_a_seeds_own_hull_is_read_at_its_own_rows_cost_fractions(tmp_path):
+    """Where the dense base's cost differs by seed, a seed's per-seed Δ at a budget reads that seed's hull at
+    its rows' own fractions of its own base (seed 1's point at 50% of its base is read at 50%)."""
+    n = 2000
+    for seed, base, points in ((0, 100.0, (("a", 0.4, 0.70), ("b", 0.6, 0.80))),
+                               (1, 120.0, (("a", 0.3, 0.70), ("b", 0.5, 0.80)))):
+        for method, knob, frac, accuracy, kind in (("dense", "1.0", 1.0, 0.90, "static"),
+                                                   *(("m", k, f, q, "train") for k, f, q in points)):
+            score = (np.arange(n) < round(accuracy * n)).astype(float)
+            np.random.default_rng(seed).shuffle(score)
+            row = dataclasses.replace(_row(method, kind, knob, frac, float(score.mean()), seed=seed), n_eval=n,
+                                      macs_mean=frac * base, macs_dense=base)
+            samples = pd.DataFrame({"target": 0, "prediction": (1 - score).astype(int), "score": score,
+                                    "macs": frac * base, "index": np.arange(n)})
+            results.append(tmp_path, row, f"{method}-{knob}-s{seed}", samples)
+    claim = Claim("c", "test", "test", "toy", (Beats(Select("m"), Select("dense"), budgets=(0.5,), b_is_point=True,
+                                                     margin=-0.2),), dataset=DATASET)
+    item = report_claims.evaluate(claim, _views(tmp_path), tmp_path).checks[0].items[0]
+    assert "s0: -0.1500" in item.seeds  # halfway between 0.70 (40%) and 0.80 (60%)
+    assert "s1: -0.1000" in item.seeds  # exactly its 50% point (the seed means' fraction would give -0.125)
