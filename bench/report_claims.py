@@ -428,7 +428,8 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
                         extra.append(f"s{seed}: p = {test['p_value']:.3f}")
             items.append(item(f"{check.a.name} {point['knob_name']}={knob_label(point['knob_value'])} "
                               f"({100 * point['frac']:.1f}%)", float(point["quality"]), da, qb, db, per_seed,
-                              "; ".join(extra), pvalues, a_note=constant_prediction(view, point["keys"])))
+                              "; ".join(extra), pvalues, a_note=constant_prediction(view, point["keys"]),
+                              hull="" if check.b_is_point else f"B: {hull_segment(b_pts, float(point['frac']), hib)}"))
     title = check.title or f"{check.a.name} better than {check.b.name}"
     return CheckResult(title, check.quantifier, items, combine([i.verdict for i in items], check.quantifier),
                        (check.a.name, check.b.name),

@@ -250,6 +250,11 @@ def test_a_budget_names_the_points_its_hull_value_lies_between(tmp_path):
     assert segment(0.5) == "tau=near (50.0%)"
     assert segment(0.6) == "tau=near (50.0%), flat beyond it (the costlier points are dominated)"
     assert segment(0.2) == segment(0.8) == "not measured"
+    # a point-by-point check against a hull names the B points each A point is compared between
+    _write(tmp_path, "a", "x", 0.4, 0.75, 0)
+    claim = Claim("c", "test", "test", "toy", (Beats(Select("a"), Select("m")),), dataset=DATASET)
+    (line,) = report_claims.evaluate(claim, _views(tmp_path), tmp_path).checks[0].items
+    assert line.hull == "B: tau=far (30.0%) to tau=near (50.0%)"
 
 
 def test_the_leaderboard_says_how_many_front_points_survive_the_resamples(tmp_path):
