@@ -19,6 +19,7 @@ import html
 import math
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -546,12 +547,13 @@ def summarize(view: TaskView):
     for curve, idx in points.groupby("curve", sort=False).groups.items():
         pts = points.loc[idx]
         c, q = pts["frac"].to_numpy(), pts["quality"].to_numpy()
+        curve_front = on_front[points.index.get_indexer(idx)]
         line = {
             "method": curve, "knob": pts["knob_name"].iloc[0], "kind": pts["knob_kind"].iloc[0],
             "points": len(pts), "seeds": view.rows.loc[view.rows["curve"] == curve, "seed"].nunique(),
-            "pareto": int(on_front[points.index.get_indexer(idx)].sum()),
+            "pareto": int(curve_front.sum()),
             # points on the front in at least 95% of the bootstrap resamples (None: no draws)
-            "pareto_sure": (int((on_front[points.index.get_indexer(idx)] & (pts["front_share"] >= FRONT_SURE)).sum())
+            "pareto_sure": (int((curve_front & (pts["front_share"] >= FRONT_SURE)).sum())
                             if "front_share" in pts and pts["front_share"].notna().any() else None),
         }
         draws = [point_draws(view, keys) for keys in pts["keys"]] if "keys" in pts else []
@@ -617,19 +619,14 @@ def summary_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
     return header, table
 
 
-def _own_dense(row: dict, section_dense: float) -> float:
-    """The dense cost a row is a fraction of: its own run's base (``macs_dense``), else the section's."""
-    own = float(row.get("macs_dense", math.nan))
-    return own if math.isfinite(own) and own > 0 else section_dense
-
-
 def rows_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
     unit, scale = macs_unit(view.macs_dense)
     header = ["method", "knob", f"{view.metric} [95% CI]", f"mean {unit}", "% dense", f"p10/p50/p90 {unit}",
               "latency b1 ms", "throughput/s", "latency b1 ×dense", "throughput ×dense", "threads", "timing load",
               "params", "seed", "variant", "git sha", "config hash"]
     table = []
-    rows = view.rows.assign(_cost=view.rows["macs_mean"], _load=load_class(view.rows))
+    rows = view.rows.assign(_cost=view.rows["macs_mean"], _load=load_class(view.rows),
+                            _frac=row_fractions(view.rows, view.macs_dense))
     rows = rows.sort_values(["curve", "_cost", "seed"], kind="stable")
     unc = view.unc
     for r in rows.to_dict("records"):
@@ -640,7 +637,7 @@ def rows_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
         load = r["_load"] if r["_load"] != "loaded" else f"LOADED ({float(r['timing_load_avg']):.1f} on {int(r['timing_cpus'])} CPUs)"
         table.append([
             r["curve"], f"{r['knob_name']}={knob_label(r['knob_value'])}", _with_ci(r["quality"], ci),
-            _num(r["macs_mean"] / scale, ".4g"), _num(100 * r["macs_mean"] / _own_dense(r, view.macs_dense), ".1f", "%"),
+            _num(r["macs_mean"] / scale, ".4g"), _num(100 * r["_frac"], ".1f", "%"),
             "/".join(_num(r[k] / scale, ".4g") for k in ("macs_p10", "macs_p50", "macs_p90")),
             _num(r["latency_b1_ms"], ".3g"), _num(r["throughput_per_s"], ".4g"),
             _num(r.get("latency_b1_ratio"), ".3g"), _num(r.get("throughput_ratio"), ".3g"),
@@ -789,11 +786,12 @@ def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[st
     md = ["# Leaderboard", ""] + [line + "  " for line in _header(results_dir, n_rows)]
     if claims_summary:
         md += ["", "## Claims", ""] + claims_summary
+    tags = Counter((v.task, dataset_tag(v.dataset)) for v in views)
     for view in views:
         title = f"{view.task} — {view.dataset}"
         md += ["", f"## {md_escape(title)}", ""] + [note + "  " for note in _section_notes(view)]
         tag = dataset_tag(view.dataset)
-        tag = view.dataset if sum(v.task == view.task and dataset_tag(v.dataset) == tag for v in views) > 1 else tag
+        tag = view.dataset if tags[(view.task, tag)] > 1 else tag  # two sections of one task share the tag
         md += [line for line in (notes or {}).get(f"{view.task}\0{view.dataset}", [])]
         for name in figures.get(f"{view.task}\0{view.dataset}", []):
             if name.endswith(".png"):

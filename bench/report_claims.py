@@ -356,6 +356,7 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
                          "(narrow it), or rows of one point made under two configurations (a changed default "
                          "budget or protocol) share the results directory (remove the superseded rows; git "
                          "history keeps them)")
+    b_note = _note(constant_prediction(view, b_point["keys"])) if check.b_is_point else ""  # one B point: once
 
     def b_at(x: float, draws_b=None, seed: int | None = None) -> tuple[float, np.ndarray | None]:
         if check.b_is_point:
@@ -392,7 +393,6 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
         a_lo, a_hi = stats.interval(da) if da is not None else (math.nan, math.nan)
         b_lo, b_hi = stats.interval(db) if db is not None else (math.nan, math.nan)
         need = (f"Δ > {check.margin:+g}" if check.margin else "Δ > 0")
-        b_note = _note(constant_prediction(view, b_point["keys"])) if check.b_is_point else ""
         return Item(where, _ci_text(qa, a_lo, a_hi) + _note(a_note), _ci_text(qb, b_lo, b_hi) + b_note, delta, lo,
                     hi, need,
                     ", ".join(f"s{s}: {v:+.4f}" for s, v in sorted(per_seed.items()) if math.isfinite(v)),
