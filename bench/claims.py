@@ -30,12 +30,14 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Select:
-    """Points of one method in a report section.
+    """Points of one method in a report section (``method`` "" = of every method).
 
     ``variant_has`` / ``variant_not``: substrings the row's variant must (not) contain; ``variant_is``: the
     exact variant ("" = rows without one); ``setting_has``: a substring of the curve's setting (config keys
     that split a method's rows, e.g. "pairs=diagonal"); ``knob``: a regular expression the knob value must
-    match in full ("" = every value).  ``label`` names the selection in the report.
+    match in full ("" = every value); ``curve``: the exact curve (its label in the report: the method and
+    what tells its variants apart); ``kind``: the method's knob kind ("static" = the fixed-size models).
+    ``label`` names the selection in the report.
     """
 
     method: str
@@ -45,10 +47,12 @@ class Select:
     variant_is: str | None = None
     setting_has: str = ""
     knob: str = ""
+    curve: str = ""
+    kind: str = ""
 
     @property
     def name(self) -> str:
-        return self.label or self.method
+        return self.label or self.curve or self.method
 
 
 @dataclass(frozen=True)

@@ -765,6 +765,9 @@ def _header(results_dir: str, n_rows: int) -> list[str]:
         f"Pareto-optimal: yes (k/n; j in ≥ {FRONT_SURE:.0%} of resamples) = k of the method's n points are on the "
         "task's overall front by their seed means, and j of them are on it in at least that share of the bootstrap "
         "resamples of the test examples (the points table gives each point's share).",
+        "Against the static models: each method point against the hull of the section's static models (the dense "
+        "base and its smaller sizes) at the point's own cost, with the claims' rules (paired CI, seeds must "
+        "agree): better, worse or inconclusive.",
         "What has been run (points, seeds, protocol per method): [status.md](status.md); how long the dense "
         "bases train and what more steps would gain: [curves.md](curves.md).",
     ]
@@ -782,6 +785,8 @@ def dataset_tag(dataset: str) -> str:
 def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[str, list[str]],
                       results_dir: str, claims_summary: list[str] | None = None,
                       notes: dict[str, list[str]] | None = None) -> list[str]:
+    from bench import report_static
+
     n_rows = sum(len(v.rows) for v in views)
     md = ["# Leaderboard", ""] + [line + "  " for line in _header(results_dir, n_rows)]
     if claims_summary:
@@ -802,6 +807,8 @@ def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[st
                                          ("All rows", rows_table(view))):
             md += ["", f"### {caption}: {md_escape(view.task)}, {md_escape(tag)}", "",
                    markdown_table(header, table)]
+            if caption == "Summary":  # the first question after the figure: better than a smaller dense model?
+                md += report_static.section_lines(view, report_static.compare(view, results_dir), tag)
         md += ["", "git sha: \\* = tracked code differed from that commit; ? = git could not tell."]
     return write_page(reports_dir, "leaderboard", "\n".join(md) + "\n", "Leaderboard")
 

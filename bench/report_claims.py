@@ -157,7 +157,7 @@ def find_view(claim: Claim, views: list[TaskView]) -> TaskView | None:
 
 def select_points(view: TaskView, sel: Select):
     p = view.points
-    mask = p["method"] == sel.method
+    mask = p["method"] == sel.method if sel.method else np.ones(len(p), dtype=bool)
     variant = p["variant"].fillna("").astype(str)
     if sel.variant_has:
         mask &= variant.str.contains(sel.variant_has, regex=False)
@@ -167,6 +167,10 @@ def select_points(view: TaskView, sel: Select):
         mask &= variant == sel.variant_is
     if sel.setting_has:
         mask &= p["setting"].fillna("").astype(str).str.contains(sel.setting_has, regex=False)
+    if sel.curve:
+        mask &= p["curve"] == sel.curve
+    if sel.kind:
+        mask &= p["knob_kind"] == sel.kind
     if sel.knob:
         mask &= p["knob_value"].astype(str).map(lambda v: re.fullmatch(sel.knob, v) is not None)
     return p[mask].sort_values("frac", kind="stable")

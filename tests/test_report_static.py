@@ -1,0 +1,68 @@
+"""The leaderboard's "Against the static models" tables (bench.report_static)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import report, report_static
+from tests.test_stats_claims import _views, _write
+
+
+def _section(tmp_path):
+    for seed in (0, 1):
+        _write(tmp_path, "dense", "0.5", 0.5, 0.80, seed, kind="static")
+        _write(tmp_path, "dense", "1.0", 1.0, 0.90, seed, kind="static")
+        _write(tmp_path, "m", "above", 0.75, 0.95, seed)  # the static hull at 75% is 0.85
+        _write(tmp_path, "m", "below", 0.6, 0.70, seed)  # ... and at 60% 0.82
+        _write(tmp_path, "m", "cheap", 0.3, 0.75, seed)  # cheaper than the smallest static model
+        _write(tmp_path, "m", "dear", 1.2, 0.99, seed)  # costlier than the largest
+    _write(tmp_path, "split", "a", 0.75, 0.95, 0)  # seed 0 far above the hull, seed 1 below it
+    _write(tmp_path, "split", "a", 0.75, 0.80, 1)
+    return _views(tmp_path)[0]
+
+
+def test_each_method_point_is_judged_against_the_static_hull_at_its_own_cost(tmp_path):
+    view = _section(tmp_path)
+    comparisons = {c.curve: c for c in report_static.compare(view, tmp_path)}
+    assert set(comparisons) == {"m", "split"}  # the static models are not compared with themselves
+    m = comparisons["m"]
+    verdicts = {it.where: report_static.word(it.verdict) for it in m.compared}
+    assert verdicts == {"m tau=above (75.0%)": "better", "m tau=below (60.0%)": "worse"}
+    assert m.outside == 2 and (m.count("better"), m.count("worse"), m.count("inconclusive")) == (1, 1, 0)
+    above = next(it for it in m.compared if "above" in it.where)
+    assert above.delta == pytest.approx(0.95 - 0.85) and above.lo > 0
+    assert above.hull == "B: width=0.5 (50.0%) to width=1 (100.0%)"
+    (split,) = comparisons["split"].compared
+    # the seed mean (0.875) is above the hull (0.85), but seed 1's own Δ is below 0
+    assert split.delta > 0 and report_static.word(split.verdict) == "inconclusive" and split.reason == "seeds disagree"
+
+
+def test_the_leaderboard_shows_the_comparison_after_each_sections_summary(tmp_path):
+    _section(tmp_path / "results")
+    report.main(str(tmp_path / "results"), str(tmp_path / "reports"))
+    md = (tmp_path / "reports" / "leaderboard.md").read_text()
+    table = md.split("### Against the static models", 1)[1].split("### Points", 1)[0]
+    assert "Static models of this section span 50.0% – 100.0% of dense cost." in table
+    # method | points compared | better | worse | inconclusive | outside the static range
+    assert "| m | 2 | 1 | 1 | 0 | 2 |" in table and "| split | 1 | 0 | 0 | 1 | 0 |" in table
+    assert "| m tau=above (75.0%) |" in table and "inconclusive (seeds disagree)" in table
+    assert md.index("### Summary") < md.index("### Against the static models") < md.index("### Points")
+
+
+def test_a_section_whose_methods_lie_outside_the_static_range_says_so_in_one_line(tmp_path):
+    _write(tmp_path, "dense", "1.0", 1.0, 0.90, 0, kind="static")
+    _write(tmp_path, "m", "a", 0.5, 0.8, 0)
+    view = _views(tmp_path)[0]
+    (comparison,) = report_static.compare(view, tmp_path)
+    assert comparison.outside == 1 and comparison.compared == []
+    lines = report_static.section_lines(view, [comparison], "toy")
+    assert lines[-1].startswith("No method point lies within the static models' cost range (100.0% of dense cost)")
+    assert not any(line.startswith("|") for line in lines)  # no table of zeros
+
+
+def test_a_section_without_static_models_has_no_such_table(tmp_path):
+    _write(tmp_path / "results", "m", "a", 0.5, 0.8, 0)
+    _write(tmp_path / "results", "m", "b", 0.7, 0.9, 0)
+    view = _views(tmp_path / "results")[0]
+    assert report_static.compare(view, tmp_path / "results") == []
+    assert report_static.section_lines(view, [], "toy") == []
