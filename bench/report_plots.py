@@ -70,6 +70,14 @@ def front_rings(points, higher_is_better: bool, by_share: bool = True):
     return front[~doubtful], front[doubtful]
 
 
+def percent_axis_label(view: TaskView) -> str:
+    """The cost figure's top axis has one scale: the bases' median cost (``view.macs_dense``).  The tables
+    divide each row by its own seed's base, which differs by a percent or so where decoding lengths differ
+    (iwslt), so the axis says which base it uses when the bases differ."""
+    several = "macs_dense" in view.rows and view.rows["macs_dense"].nunique() > 1
+    return "% of dense cost" + (" (of the bases' median cost)" if several else "")
+
+
 def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "",
               variants: dict[str, int] | None = None) -> Path:
     """Draw one task's figure with x = "cost" (MACs, plus a top "% of dense cost" axis) or "latency"
@@ -142,7 +150,7 @@ def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "",
     if x == "cost":
         to_pct = lambda v: v * scale / view.macs_dense * 100  # noqa: E731
         from_pct = lambda p: p / 100 * view.macs_dense / scale  # noqa: E731
-        ax.secondary_xaxis("top", functions=(to_pct, from_pct)).set_xlabel("% of dense cost")
+        ax.secondary_xaxis("top", functions=(to_pct, from_pct)).set_xlabel(percent_axis_label(view))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(f"{view.metric} {arrow}")
     subtitle = "points: seed means; error bars: 95% bootstrap CI over test examples; ticks: seed min/max"

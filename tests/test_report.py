@@ -380,3 +380,19 @@ def test_cost_fractions_are_against_each_seeds_own_dense_base():
     assert frac == {"dense": pytest.approx(1.0), "m": pytest.approx(0.5), "n": pytest.approx(0.5)}
     header, table = report.rows_table(view)
     assert {line[header.index("% dense")] for line in table} == {"100.0%", "50.0%"}
+
+
+def test_the_figures_percent_axis_names_its_base_when_the_seeds_bases_differ():
+    """The top axis of the cost figure has one scale (the bases' median); it says so when the seeds' bases
+    differ, and stays plain when they are one cost."""
+    import dataclasses
+
+    from bench import report_plots
+
+    def view(base_costs):
+        rows = [dataclasses.replace(_row("dense", "static", "1.0", 1.0, 0.9, seed=seed), macs_mean=base, macs_dense=base)
+                for seed, base in enumerate(base_costs)]
+        return report.task_views(pd.DataFrame([vars(r) for r in rows]))[0]
+
+    assert report_plots.percent_axis_label(view([100.0, 100.0])) == "% of dense cost"
+    assert report_plots.percent_axis_label(view([100.0, 120.0])) == "% of dense cost (of the bases' median cost)"
