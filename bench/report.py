@@ -766,7 +766,7 @@ def _header(results_dir: str, n_rows: int) -> list[str]:
         "task's overall front by their seed means, and j of them are on it in at least that share of the bootstrap "
         "resamples of the test examples (the points table gives each point's share).",
         "Against the static models: each method point against the hull of the section's static models (the dense "
-        "base and its smaller sizes) at the point's own cost, with the claims' rules (paired CI, seeds must "
+        "base and its other sizes) at the point's own cost, with the claims' rules (paired CI, seeds must "
         "agree): better, worse or inconclusive.",
         "What has been run (points, seeds, protocol per method): [status.md](status.md); how long the dense "
         "bases train and what more steps would gain: [curves.md](curves.md).",
@@ -784,9 +784,12 @@ def dataset_tag(dataset: str) -> str:
 
 def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[str, list[str]],
                       results_dir: str, claims_summary: list[str] | None = None,
-                      notes: dict[str, list[str]] | None = None) -> list[str]:
+                      notes: dict[str, list[str]] | None = None,
+                      static: dict[str, list] | None = None) -> list[str]:
+    """``static``: each section's :func:`bench.report_static.compare` (keyed like ``notes``)."""
     from bench import report_static
 
+    static = static or {}
     n_rows = sum(len(v.rows) for v in views)
     md = ["# Leaderboard", ""] + [line + "  " for line in _header(results_dir, n_rows)]
     if claims_summary:
@@ -808,7 +811,7 @@ def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[st
             md += ["", f"### {caption}: {md_escape(view.task)}, {md_escape(tag)}", "",
                    markdown_table(header, table)]
             if caption == "Summary":  # the first question after the figure: better than a smaller dense model?
-                md += report_static.section_lines(view, report_static.compare(view, results_dir), tag)
+                md += report_static.section_lines(view, static.get(f"{view.task}\0{view.dataset}", []), tag)
         md += ["", "git sha: \\* = tracked code differed from that commit; ? = git could not tell."]
     return write_page(reports_dir, "leaderboard", "\n".join(md) + "\n", "Leaderboard")
 
@@ -960,7 +963,7 @@ def main(results_dir: str = "results", reports_dir: str = "reports", echo=print)
 
 
 def write_all(results_dir: str, reports_dir: str, echo=print) -> list[str]:
-    from bench import report_claims, report_curves, report_plots, report_speed, report_status
+    from bench import report_claims, report_curves, report_plots, report_speed, report_static, report_status
 
     frame = results.load(results_dir)
     kernel_paths = kernel_report(Path(results_dir), Path(reports_dir))
@@ -1002,7 +1005,8 @@ def write_all(results_dir: str, reports_dir: str, echo=print) -> list[str]:
     if clash:  # a figure function that ignores its stem; the report would show one section's data twice
         raise ValueError(f"report: {', '.join(clash)} written by more than one section; name files after the stem")
     claim_paths, summary = report_claims.write(views, out, results_dir, echo=echo)
-    board = write_leaderboard(views, out, figures, results_dir, claims_summary=summary, notes=notes)
+    static = {f"{view.task}\0{view.dataset}": report_static.compare(view, results_dir) for view in views}
+    board = write_leaderboard(views, out, figures, results_dir, claims_summary=summary, notes=notes, static=static)
     status = report_status.write(frame, out, results_dir)
     return kernel_paths + written + claim_paths + board + status
 

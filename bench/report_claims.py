@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from bench import stats
 from bench.claims import Beats, Claim, Increases, Reaches, Select
@@ -26,9 +27,11 @@ RULES = [
     "margin m, the verdict is **holds** when the whole 95% CI of Δ lies above m, **does not hold** when it lies "
     "below m, and **inconclusive** when it contains m. A threshold check works the same way on a point's quality.",
     "* **Seeds.** The CI covers the test set, not the training seed. Each comparison is also computed per seed "
-    "(seed s of A against seed s of B); a verdict that a seed contradicts is downgraded to inconclusive "
-    "(\"seeds disagree\"): an ordering or threshold that any seed's own value contradicts is not established, "
-    "however narrow the pooled CI.",
+    "(seed s of A against seed s of B, a hull of seed s read at that seed's own cost); a verdict that a seed "
+    "contradicts is downgraded to inconclusive (\"seeds disagree\"): an ordering or threshold that any seed's own "
+    "value contradicts is not established, however narrow the pooled CI. So is one that a seed of either side "
+    "cannot be checked on (its rows lack a point the comparison needs, or its own hull does not reach the cost; "
+    "the per-seed column shows it as —).",
     "* **BLEU.** A point-against-point comparison on BLEU also runs sacreBLEU's own paired bootstrap test "
     "(`sacrebleu.significance.PairedTest`, 1000 resamples) for every seed pair; with margin 0, a verdict that any "
     "seed's test does not support at p < 0.05 is downgraded to inconclusive.",
@@ -157,7 +160,7 @@ def find_view(claim: Claim, views: list[TaskView]) -> TaskView | None:
 
 def select_points(view: TaskView, sel: Select):
     p = view.points
-    mask = p["method"] == sel.method if sel.method else np.ones(len(p), dtype=bool)
+    mask = p["method"] == sel.method if sel.method else pd.Series(True, index=p.index)  # "": every method
     variant = p["variant"].fillna("").astype(str)
     if sel.variant_has:
         mask &= variant.str.contains(sel.variant_has, regex=False)
@@ -186,7 +189,11 @@ def verdict(lo: float, hi: float, need: float) -> str:
 
 
 def seed_check(result: str, per_seed: dict[int, float], need: float) -> tuple[str, str]:
-    """Downgrade a verdict a seed contradicts (see the module docstring)."""
+    """Downgrade a verdict a seed contradicts, or that a seed could not be checked on (a NaN: that seed lacks
+    a row the comparison needs, or its own hull does not reach the cost); see the module docstring."""
+    unchecked = [f"s{seed}" for seed, v in sorted(per_seed.items()) if not math.isfinite(v)]
+    if result in (HOLDS, FAILS) and unchecked:
+        return UNSURE, f"{', '.join(unchecked)} not compared: no row or hull of that seed at this cost"
     values = [v for v in per_seed.values() if math.isfinite(v)]
     if result == HOLDS and any(v <= need for v in values):
         return UNSURE, "seeds disagree"
@@ -203,7 +210,7 @@ def combine(verdicts: list[str], quantifier: str = "all") -> str:
     return FAILS if FAILS in verdicts else HOLDS if all(v == HOLDS for v in verdicts) else UNSURE
 
 
-def _ci_text(value: float, lo: float, hi: float, spec: str = ".4f", sign: bool = False) -> str:
+def ci_text(value: float, lo: float, hi: float, spec: str = ".4f", sign: bool = False) -> str:
     fmt = ("+" if sign else "") + spec
     if not math.isfinite(value):
         return NA
@@ -218,7 +225,7 @@ def _note(text: str) -> str:
 def _point_text(view: TaskView, point) -> str:
     lo, hi = view.unc.ci(point["keys"])
     return (f"{point['curve']} {point['knob_name']}={knob_label(point['knob_value'])} "
-            f"({100 * point['frac']:.1f}%): {_ci_text(point['quality'], lo, hi)}")
+            f"({100 * point['frac']:.1f}%): {ci_text(point['quality'], lo, hi)}")
 
 
 def _seed_rows(view: TaskView, points) -> dict[int, dict]:
@@ -300,7 +307,7 @@ def _reaches(view: TaskView, check: Reaches) -> CheckResult:
         word = ("worse than" if check.fails else "at least") if hib else ("above" if check.fails else "at most")
         items.append(Item(
             where=f"{point['curve']} {point['knob_name']}={knob_label(point['knob_value'])} ({100 * point['frac']:.1f}%)",
-            a=_ci_text(point["quality"], lo, hi) + _note(constant_prediction(view, point["keys"])), b="",
+            a=ci_text(point["quality"], lo, hi) + _note(constant_prediction(view, point["keys"])), b="",
             delta=g, lo=glo, hi=ghi,
             need=f"{word} {check.threshold:g}",
             seeds=", ".join(f"s{s}: {float(_goodness(v, hib)):.4f}" for s, v in sorted(per_seed.items())),
@@ -337,7 +344,7 @@ def hull_segment(pts, budget: float, higher_is_better: bool) -> str:
     return f"{name(float(left))} to {name(float(right))}"
 
 
-def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
+def beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
     a_pts, b_pts = select_points(view, check.a), select_points(view, check.b)
     hib = view.higher_is_better
     items: list[Item] = []
@@ -392,14 +399,16 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
         reason = "" if math.isfinite(delta) else "not measured at this cost"
         if math.isfinite(delta):
             result, reason = seed_check(result, per_seed, check.margin)
+            if not have:
+                reason = "no CI: a compared row has no per-sample file"
         if result != UNSURE and check.margin == 0 and pvalues and any(p >= 0.05 for p in pvalues):
             result, reason = UNSURE, "sacreBLEU paired test p ≥ 0.05"
         a_lo, a_hi = stats.interval(da) if da is not None else (math.nan, math.nan)
         b_lo, b_hi = stats.interval(db) if db is not None else (math.nan, math.nan)
         need = (f"Δ > {check.margin:+g}" if check.margin else "Δ > 0")
-        return Item(where, _ci_text(qa, a_lo, a_hi) + _note(a_note), _ci_text(qb, b_lo, b_hi) + b_note, delta, lo,
+        return Item(where, ci_text(qa, a_lo, a_hi) + _note(a_note), ci_text(qb, b_lo, b_hi) + b_note, delta, lo,
                     hi, need,
-                    ", ".join(f"s{s}: {v:+.4f}" for s, v in sorted(per_seed.items()) if math.isfinite(v)),
+                    ", ".join(f"s{s}: {v:+.4f}" if math.isfinite(v) else f"s{s}: {NA}" for s, v in sorted(per_seed.items())),
                     result, reason, extra, (lo - check.margin, hi - check.margin), hull)
 
     if check.budgets:
@@ -407,7 +416,7 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
             qa, da = a_at(x)
             qb, db = b_at(x)
             per_seed = {}
-            for seed in sorted(set(a_seeds) & set(b_seeds)):
+            for seed in sorted(set(a_seeds) | set(b_seeds)):  # a seed either side lacks is not compared
                 sa, sb = a_at(x, seed)[0], b_at(x, seed=seed)[0]
                 per_seed[seed] = float(_goodness(sa, hib) - _goodness(sb, hib))
             hull = f"A: {hull_segment(a_pts, x, hib)}" + ("" if check.b_is_point else f"; B: {hull_segment(b_pts, x, hib)}")
@@ -418,14 +427,14 @@ def _beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
                 continue
             qb, db = b_at(float(point["frac"]))
             per_seed, pvalues, extra = {}, [], []
-            for seed in sorted(set(a_seeds) & set(b_seeds)):
+            for seed in sorted(a_seeds):  # every seed of the point; one B lacks is not compared (NaN)
                 entry = a_seeds[seed].get(idx)
                 if entry is None:
                     continue
-                sb = b_at(float(point["frac"]), seed=seed)[0]
+                sb = b_at(own_frac[entry[1]], seed=seed)[0]  # B's hull of that seed at that seed's own cost
                 per_seed[seed] = float(_goodness(entry[0], hib) - _goodness(sb, hib))
                 if view.metric == "bleu" and check.b_is_point:
-                    b_entry = b_seeds[seed].get(b_pts.index[0])
+                    b_entry = b_seeds.get(seed, {}).get(b_pts.index[0])
                     test = _sacrebleu(view, b_entry[1], entry[1]) if b_entry else None
                     if test is not None:
                         pvalues.append(test["p_value"])
@@ -472,7 +481,7 @@ def _increases(view: TaskView, check: Increases) -> CheckResult:
                             batch=50, confidence_level=stats.CONFIDENCE, method="percentile",
                             random_state=np.random.default_rng(stats.RANDOM_SEED))
             lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-            items.append(Item(where, f"Spearman ρ({check.y}, {check.x}) = {_ci_text(rho, lo, hi, '.3f')}", "", rho,
+            items.append(Item(where, f"Spearman ρ({check.y}, {check.x}) = {ci_text(rho, lo, hi, '.3f')}", "", rho,
                               lo, hi, "ρ > 0", "", verdict(lo, hi, 0.0), slack=(lo, hi)))
     title = check.title or f"{check.select.name}: {check.y} increases with {check.x}"
     return CheckResult(title, check.quantifier, items, combine([i.verdict for i in items], check.quantifier),
@@ -489,7 +498,7 @@ def evaluate(claim: Claim, views: list[TaskView], results_dir) -> ClaimResult:
         if isinstance(check, Reaches):
             out.checks.append(_reaches(view, check))
         elif isinstance(check, Beats):
-            out.checks.append(_beats(view, check, results_dir))
+            out.checks.append(beats(view, check, results_dir))
         elif isinstance(check, Increases):
             out.checks.append(_increases(view, check))
         else:
@@ -519,7 +528,7 @@ def _headline(result: ClaimResult) -> tuple[str, str]:
     if found is None:
         return result.reason or NA, NA
     number, it = found
-    value = f"Δ = {_ci_text(it.delta, it.lo, it.hi, '.4f', sign=True)}" if it.b else it.a
+    value = f"Δ = {ci_text(it.delta, it.lo, it.hi, '.4f', sign=True)}" if it.b else it.a
     prefix = f"check {number}, " if len(result.checks) > 1 else ""
     return f"{prefix}{it.where}: {value}" + (f" ({it.reason})" if it.reason else ""), it.need or NA
 
@@ -569,7 +578,7 @@ def claims_markdown(claim_results: list[ClaimResult], results_dir: str) -> str:
             for it in check.items:
                 v = it.verdict + (f" ({it.reason})" if it.reason else "")
                 if comparison:
-                    row = [it.where, it.a, it.b, _ci_text(it.delta, it.lo, it.hi, ".4f", sign=True), it.need,
+                    row = [it.where, it.a, it.b, ci_text(it.delta, it.lo, it.hi, ".4f", sign=True), it.need,
                            it.seeds or NA]
                 else:
                     row = [it.where, it.a, it.need, it.seeds or NA]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from bench import report, report_static
-from tests.test_stats_claims import _views, _write
+from bench import report, report_static, results
+from tests.test_report import _row
+from tests.test_stats_claims import _views, _write, _write_wer
 
 
 def _section(tmp_path):
@@ -32,9 +35,48 @@ def test_each_method_point_is_judged_against_the_static_hull_at_its_own_cost(tmp
     above = next(it for it in m.compared if "above" in it.where)
     assert above.delta == pytest.approx(0.95 - 0.85) and above.lo > 0
     assert above.hull == "B: width=0.5 (50.0%) to width=1 (100.0%)"
+    assert m.delta_range() == "-0.1200 … +0.1000"
     (split,) = comparisons["split"].compared
     # the seed mean (0.875) is above the hull (0.85), but seed 1's own Δ is below 0
     assert split.delta > 0 and report_static.word(split.verdict) == "inconclusive" and split.reason == "seeds disagree"
+
+
+def test_a_seed_without_its_own_static_models_at_that_cost_leaves_the_point_inconclusive(tmp_path):
+    """Seed 1 has no 50% static model, so its hull does not reach 75%, and seed 2 has no static model at all:
+    the point is not established for them, however clear seed 0 and the pooled CI are."""
+    _write(tmp_path, "dense", "0.5", 0.5, 0.80, 0, kind="static")
+    for seed in (0, 1, 2):
+        if seed < 2:
+            _write(tmp_path, "dense", "1.0", 1.0, 0.90, seed, kind="static")
+        _write(tmp_path, "m", "above", 0.75, 0.95, seed)
+    (comparison,) = report_static.compare(_views(tmp_path)[0], tmp_path)
+    (line,) = comparison.compared
+    assert line.lo > 0  # the pooled CI alone would say "better"
+    assert report_static.word(line.verdict) == "inconclusive"
+    assert line.reason.startswith("s1, s2 not compared") and line.seeds == "s0: +0.1000, s1: —, s2: —"
+
+
+def test_dense_runs_of_another_configuration_are_not_static_models(tmp_path):
+    """A dense variant (another budget, say) is neither a static model nor a compared method."""
+    for seed in (0, 1):
+        _write(tmp_path, "dense", "0.5", 0.5, 0.80, seed, kind="static")
+        _write(tmp_path, "dense", "1.0", 1.0, 0.90, seed, kind="static")
+        _write(tmp_path, "m", "a", 0.75, 0.88, seed)
+    row = dataclasses.replace(_row("dense", "static", "0.7", 0.7, 0.99), variant="train_steps=9999")
+    results.append(tmp_path, row, "dense-variant")  # would lift the hull above m if it counted
+    (comparison,) = report_static.compare(_views(tmp_path)[0], tmp_path)
+    (line,) = comparison.compared
+    assert line.hull == "B: width=0.5 (50.0%) to width=1 (100.0%)" and report_static.word(line.verdict) == "better"
+
+
+def test_a_lower_is_better_metric_is_judged_in_its_direction(tmp_path):
+    _write_wer(tmp_path, "dense", "0.5", 0.5, 0.40, kind="static")
+    _write_wer(tmp_path, "dense", "1.0", 1.0, 0.30, kind="static")
+    _write_wer(tmp_path, "m", "low", 0.75, 0.20)  # the static hull at 75% is 0.35
+    _write_wer(tmp_path, "m", "high", 0.75 + 1e-3, 0.50)
+    (comparison,) = report_static.compare(_views(tmp_path)[0], tmp_path)
+    verdicts = {it.where.split()[1]: (report_static.word(it.verdict), round(it.delta, 3)) for it in comparison.compared}
+    assert verdicts == {"tau=low": ("better", 0.15), "tau=high": ("worse", -0.15)}
 
 
 def test_the_leaderboard_shows_the_comparison_after_each_sections_summary(tmp_path):
@@ -43,8 +85,9 @@ def test_the_leaderboard_shows_the_comparison_after_each_sections_summary(tmp_pa
     md = (tmp_path / "reports" / "leaderboard.md").read_text()
     table = md.split("### Against the static models", 1)[1].split("### Points", 1)[0]
     assert "Static models of this section span 50.0% – 100.0% of dense cost." in table
-    # method | points compared | better | worse | inconclusive | outside the static range
-    assert "| m | 2 | 1 | 1 | 0 | 2 |" in table and "| split | 1 | 0 | 0 | 1 | 0 |" in table
+    # method | points compared | better | worse | inconclusive | Δ from … to | outside the static range
+    assert "| m | 2 | 1 | 1 | 0 | -0.1200 … +0.1000 | 2 |" in table
+    assert "| split | 1 | 0 | 0 | 1 | +0.0250 … +0.0250 | 0 |" in table
     assert "| m tau=above (75.0%) |" in table and "inconclusive (seeds disagree)" in table
     assert md.index("### Summary") < md.index("### Against the static models") < md.index("### Points")
 
@@ -57,12 +100,24 @@ def test_a_section_whose_methods_lie_outside_the_static_range_says_so_in_one_lin
     assert comparison.outside == 1 and comparison.compared == []
     lines = report_static.section_lines(view, [comparison], "toy")
     assert lines[-1].startswith("No method point lies within the static models' cost range (100.0% of dense cost)")
+    assert "Static sizes (`method=dense` with `dense.width` / `dense.depth`) cheaper than that" in lines[-1]
     assert not any(line.startswith("|") for line in lines)  # no table of zeros
 
 
 def test_a_section_without_static_models_has_no_such_table(tmp_path):
-    _write(tmp_path / "results", "m", "a", 0.5, 0.8, 0)
-    _write(tmp_path / "results", "m", "b", 0.7, 0.9, 0)
-    view = _views(tmp_path / "results")[0]
-    assert report_static.compare(view, tmp_path / "results") == []
-    assert report_static.section_lines(view, [], "toy") == []
+    _write(tmp_path, "m", "a", 0.5, 0.8, 0)
+    _write(tmp_path, "m", "b", 0.7, 0.9, 0)
+    assert report_static.compare(_views(tmp_path)[0], tmp_path) == []
+
+
+def test_a_seed_is_compared_at_its_own_rows_cost(tmp_path):
+    """The point's seeds cost 60% and 90% (mean 75%); seed 1 is judged against the static hull at 90% (0.88),
+    where its 0.87 is below, not at the mean's 75% (0.85), where it would look above."""
+    for seed, frac, accuracy in ((0, 0.6, 0.95), (1, 0.9, 0.87)):
+        _write(tmp_path, "dense", "0.5", 0.5, 0.80, seed, kind="static")
+        _write(tmp_path, "dense", "1.0", 1.0, 0.90, seed, kind="static")
+        _write(tmp_path, "m", "a", frac, accuracy, seed)
+    (comparison,) = report_static.compare(_views(tmp_path)[0], tmp_path)
+    (line,) = comparison.compared
+    assert line.seeds == "s0: +0.1300, s1: -0.0100"
+    assert line.lo > 0 and report_static.word(line.verdict) == "inconclusive" and line.reason == "seeds disagree"

@@ -206,12 +206,12 @@ def test_the_summary_shows_the_line_that_decides_the_claim(tmp_path):
     assert report_claims.deciding(result)[0] == 1 and "tau=far" in report_claims.deciding(result)[1].where
 
 
-def _write_wer(results_dir, method, knob, frac, wer, n=2000):
+def _write_wer(results_dir, method, knob, frac, wer, n=2000, kind="train"):
     """A WER row (lower is better) whose per-sample file holds one-word references with the given edits."""
     rng = np.random.default_rng(zlib.crc32(f"{method}/{knob}".encode()))
     edits = (np.arange(n) < round(wer * n)).astype(float)
     rng.shuffle(edits)
-    row = dataclasses.replace(_row(method, "train", knob, frac, float(edits.mean())), n_eval=n, metric="wer",
+    row = dataclasses.replace(_row(method, kind, knob, frac, float(edits.mean())), n_eval=n, metric="wer",
                               higher_is_better=False, metric_signature="wer")
     samples = pd.DataFrame({"word_edits": edits, "ref_words": 1.0, "macs": frac, "index": np.arange(n)})
     results.append(results_dir, row, f"{method}-{knob}", samples)
