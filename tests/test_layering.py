@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REPORT_MODULES = ("bench.report", "bench.report_plots")
 # The report itself and the CLI verb that starts it may import it; nothing else in bench/ may.
 REPORT_USERS = {"bench/report.py", "bench/report_plots.py", "bench/report_speed.py", "bench/report_claims.py", "bench/report_curves.py",
-                "bench/report_method_budget.py", "bench/report_status.py",
+                "bench/report_method_budget.py", "bench/report_static.py", "bench/report_status.py",
                 "bench/cli.py"}
 
 
