@@ -369,24 +369,25 @@ def beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
                          "history keeps them)")
     b_note = _note(constant_prediction(view, b_point["keys"])) if check.b_is_point else ""  # one B point: once
 
-    def b_at(x: float, draws_b=None, seed: int | None = None) -> tuple[float, np.ndarray | None]:
+    def seed_hull(seeds: dict[int, dict], seed: int, x: float) -> float:
+        """One seed's hull at ``x``: its rows' qualities at their own cost fractions (NaN without rows)."""
+        entries = seeds.get(seed, {}).values()
+        return quality_at_budget([own_frac[e[1]] for e in entries], [e[0] for e in entries], x, hib)
+
+    def b_at(x: float, seed: int | None = None) -> tuple[float, np.ndarray | None]:
         if check.b_is_point:
             if seed is not None:
                 q = b_seeds.get(seed, {}).get(b_pts.index[0])
                 return (q[0] if q else math.nan), None
             return float(b_point["quality"]), (b_draws[0] if have else None)
         if seed is not None:
-            entries = b_seeds.get(seed, {})
-            return quality_at_budget([own_frac[e[1]] for e in entries.values()], [e[0] for e in entries.values()],
-                                     x, hib), None
+            return seed_hull(b_seeds, seed, x), None
         value = quality_at_budget(b_pts["frac"], b_pts["quality"], x, hib)
         return value, (hull_draws(b_pts["frac"], np.stack(b_draws), x, hib) if have else None)
 
     def a_at(x: float, seed: int | None = None) -> tuple[float, np.ndarray | None]:
         if seed is not None:
-            entries = a_seeds.get(seed, {})
-            return quality_at_budget([own_frac[e[1]] for e in entries.values()], [e[0] for e in entries.values()],
-                                     x, hib), None
+            return seed_hull(a_seeds, seed, x), None
         value = quality_at_budget(a_pts["frac"], a_pts["quality"], x, hib)
         return value, (hull_draws(a_pts["frac"], np.stack(a_draws), x, hib) if have else None)
 

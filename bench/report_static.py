@@ -40,11 +40,15 @@ RULE = ("Δ = the point's quality − the static models' hull at the point's cos
 class StaticComparison:
     curve: str
     check: CheckResult
-    outside: int  # the curve's points outside the static models' cost range (not compared)
 
     @property
     def compared(self) -> list[Item]:
         return [it for it in self.check.items if it.hull != "B: not measured"]
+
+    @property
+    def outside(self) -> int:
+        """The curve's points outside the static models' cost range (not compared)."""
+        return len(self.check.items) - len(self.compared)
 
     def count(self, verdict_word: str) -> int:
         return sum(1 for it in self.compared if word(it.verdict) == verdict_word)
@@ -72,8 +76,7 @@ def compare(view: TaskView, results_dir: str | Path) -> list[StaticComparison]:
     for curve, pts in points[points["knob_kind"] != STATIC].groupby("curve", sort=False):
         check = beats(view, Beats(a=Select(method=str(pts["method"].iloc[0]), curve=str(curve)), b=STATIC_MODELS,
                                   title=f"{curve} against the static models"), results_dir)
-        outside = sum(1 for it in check.items if it.hull == "B: not measured")
-        out.append(StaticComparison(str(curve), check, outside))
+        out.append(StaticComparison(str(curve), check))
     return out
 
 
