@@ -493,32 +493,47 @@ def front_share(view: TaskView) -> np.ndarray:
     return out
 
 
-def hull_draws(cost, quality_draws: np.ndarray, budget: float, higher_is_better: bool = True) -> np.ndarray:
-    """:func:`quality_at_budget` for every bootstrap resample at once: ``quality_draws`` is [points, B] with
-    ``cost`` fixed; returns [B] (NaN where the budget lies outside the points' cost range)."""
-    c = np.asarray(cost, dtype=float)
-    order = np.argsort(c, kind="stable")
-    c, g = c[order], _goodness(np.asarray(quality_draws, dtype=float)[order], higher_is_better)
-    B = g.shape[1]
-    if c.size == 0 or not _in_range(budget, c[0], c[-1]):
-        return np.full(B, np.nan)
-    # equal costs: keep the best quality per cost (a duplicate never dominates)
-    uc, first = np.unique(c, return_index=True)
-    g = np.maximum.reduceat(g, first, axis=0)
-    best_before = np.maximum.accumulate(np.vstack([np.full((1, B), -np.inf), g[:-1]]), axis=0)
-    front = g > best_before  # [P, B]: strictly better than every cheaper point
-    x = float(np.clip(budget, uc[0], uc[-1]))
-    idx = np.arange(uc.size)[:, None]
-    left = np.where(front & (uc[:, None] <= x), idx, -1).max(axis=0)
-    right = np.where(front & (uc[:, None] >= x), idx, uc.size).min(axis=0)
-    cols = np.arange(B)
-    g_left = g[left, cols]
-    flat = right >= uc.size  # beyond the last front point: the hull continues flat
-    r = np.where(flat, left, right)
-    span = uc[r] - uc[left]
-    frac = np.where(span > 0, (x - uc[left]) / np.where(span > 0, span, 1.0), 0.0)
-    value = g_left + frac * (g[r, cols] - g_left)
-    return value if higher_is_better else -value
+def hull_weights(cost, quality, budget: float, higher_is_better: bool = True) -> np.ndarray | None:
+    """Weights over the points with ``weights @ quality == quality_at_budget(cost, quality, budget)``: the
+    two hull vertices either side of ``budget`` share the weight linearly (one vertex carries it all at a
+    vertex or on the flat continuation past the last Pareto point); None outside the hull's cost range."""
+    c, q = np.asarray(cost, dtype=float), np.asarray(quality, dtype=float)
+    hull_c, _ = upper_hull(c, q, higher_is_better)
+    if hull_c.size == 0 or not _in_range(budget, hull_c[0], hull_c[-1]):
+        return None
+    on_front = pareto_mask(c, q, higher_is_better)
+    last_front = float(c[on_front].max())
+
+    def vertex(cost_at: float) -> int:  # the Pareto point at a vertex's cost (the first, as upper_hull keeps)
+        return int(np.flatnonzero(on_front & (c == min(cost_at, last_front)))[0])
+
+    x = float(np.clip(budget, hull_c[0], hull_c[-1]))
+    right = min(int(np.searchsorted(hull_c, x, side="left")), hull_c.size - 1)
+    weights = np.zeros(c.size)
+    if hull_c[right] == x or right == 0:
+        weights[vertex(float(hull_c[right]))] = 1.0
+        return weights
+    share = (x - hull_c[right - 1]) / (hull_c[right] - hull_c[right - 1])
+    np.add.at(weights, [vertex(float(hull_c[right - 1])), vertex(float(hull_c[right]))], [1.0 - share, share])
+    return weights
+
+
+def hull_draws(cost, quality, quality_draws: np.ndarray, budget: float,
+               higher_is_better: bool = True) -> np.ndarray:
+    """Bootstrap draws of :func:`quality_at_budget` at ``budget``, with the hull fixed by the estimates.
+
+    ``quality`` ([points]) are the points' estimates and ``quality_draws`` ([points, B]) their resamples
+    (costs fixed).  The hull's vertices and the share of each are chosen once, on the estimates, and every
+    resample is read on that same line: the CI is that of the value printed (a point that is a vertex gets
+    exactly its own CI), not of a maximum re-chosen in every resample, whose percentile interval sits above
+    the estimate when points are close.  Which points are on the front, and how surely, is :func:`front_share`'s
+    question.  Returns [B]; NaN where the budget lies outside the points' cost range."""
+    draws = np.asarray(quality_draws, dtype=float)
+    weights = hull_weights(cost, quality, budget, higher_is_better)
+    if weights is None:
+        return np.full(draws.shape[1], np.nan)
+    used = weights > 0
+    return weights[used] @ draws[used]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -563,7 +578,7 @@ def summarize(view: TaskView):
             if draws and all(d is not None for d in draws) and math.isfinite(line[f"q@{budget:.0%}"]):
                 from bench.stats import interval
 
-                line[f"ci@{budget:.0%}"] = interval(hull_draws(c, np.stack(draws), budget, hib))
+                line[f"ci@{budget:.0%}"] = interval(hull_draws(c, q, np.stack(draws), budget, hib))
         line["reach"] = cost_to_reach(c, q, target, hib)
         line["auc"] = normalized_auc(c, q, *view.common, hib) if view.common else math.nan
         line["hv"] = hypervolume(c, q, REFERENCE_COST, ref_q, hib)
@@ -627,7 +642,10 @@ def rows_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
     table = []
     rows = view.rows.assign(_cost=view.rows["macs_mean"], _load=load_class(view.rows),
                             _frac=row_fractions(view.rows, view.macs_dense))
-    rows = rows.sort_values(["curve", "_cost", "seed"], kind="stable")
+    # one knob value's seeds together, the knob values in order of their mean cost
+    rows = rows.assign(_knob=rows["knob_value"].astype(str))
+    rows = rows.assign(_point_cost=rows.groupby(["curve", "_knob"])["_cost"].transform("mean"))
+    rows = rows.sort_values(["curve", "_point_cost", "_knob", "seed"], kind="stable")
     unc = view.unc
     for r in rows.to_dict("records"):
         # "*": tracked code differed from the commit; "?": git could not tell (an empty git_dirty)
@@ -751,15 +769,24 @@ def _header(results_dir: str, n_rows: int) -> list[str]:
         "Generated by `python -m bench report` from the result rows under "
         f"`{results_dir}/` ({n_rows} rows after keeping the latest run of each point).",
         f"Uncertainty: [95% CI] = bootstrap over test examples ({stats.N_RESAMPLES} resamples, percentile, "
-        "paired: every row of a section is resampled with the same examples; `scipy.stats.bootstrap`), of the "
+        "paired: every row of a section is resampled with the same example indices; `scipy.stats.bootstrap`; "
+        "parity generates each seed's test set from the seed, so there the rows of one seed share examples), of the "
         "seed mean for points; the seed range is shown beside it. The CI covers the test set only, not the "
-        "choice of seed. Quality at a budget is bootstrapped on the method's hull.",
+        "choice of seed. Quality at a budget is bootstrapped on the method's hull as drawn from the seed means "
+        "(every resample is read on the same hull points, so a measured point keeps its own CI).",
         "Cost = mean MACs per sample (GMACs = the vision papers' \"GFLOPs\"); % = of the task's dense base model.",
         "Points = seed means per knob value. Quality at 25/50/75/100% of dense cost is interpolated on each "
         "method's upper hull (Pareto points joined linearly, continued flat to its costliest point), never "
         f"extrapolated ({NA} = outside the measured range). Cost to reach dense quality uses δ = half a point on "
         f"the metric's scale (each task's section gives it): {DELTA:g} for rates in [0, 1] (0.5 pp of accuracy or "
         "WER), " + ", ".join(f"{v:g} for {k}" for k, v in DELTA_BY_METRIC.items()) + " (0-100 scale).",
+        "Kind (of a method's knob): train = each knob value is a training of its own; eval = one trained model "
+        "evaluated at each knob value; static = fixed-size dense models.",
+        "Normalized AUC: the hull's mean quality over the cost range all of a section's curves cover (the section "
+        "gives it), in the metric's units and direction (↑: higher is better; ↓: lower).",
+        "Rows tables: \"latency b1 ×dense\" and \"throughput ×dense\" are ratios to the dense base timed in the "
+        "same process, interleaved with the method (README, \"How cost and time are measured\"): compare those "
+        "rather than milliseconds timed in different sessions.",
         f"Hypervolume: cost as a fraction of dense cost, reference point = ({REFERENCE_COST:g} × dense cost, "
         f"reference quality per metric: {refs}; other metrics 0 if ↑, 1 if ↓).",
         f"Pareto-optimal: yes (k/n; j in ≥ {FRONT_SURE:.0%} of resamples) = k of the method's n points are on the "

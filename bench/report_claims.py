@@ -22,12 +22,15 @@ from bench.report import (NA, TaskView, _goodness, hull_draws, knob_label, markd
 
 HOLDS, FAILS, UNSURE = "holds", "does not hold", "inconclusive"
 RULES = [
-    "* A comparison is judged on the bootstrap draws (paired over test examples: the same resamples for every "
-    "row of a section). With Δ = how much better A is than B (the metric's direction applied) and the check's "
+    "* A comparison is judged on the bootstrap draws (paired over test examples: the same resampled indices for "
+    "every row of a section; parity draws each seed's test set from the seed, so there the rows of one seed share "
+    "examples). With Δ = how much better A is than B (the metric's direction applied) and the check's "
     "margin m, the verdict is **holds** when the whole 95% CI of Δ lies above m, **does not hold** when it lies "
     "below m, and **inconclusive** when it contains m. A threshold check works the same way on a point's quality.",
-    "* **Seeds.** The CI covers the test set, not the training seed. Each comparison is also computed per seed "
-    "(seed s of A against seed s of B, a hull of seed s read at that seed's own cost); a verdict that a seed "
+    "* **Seeds.** The CI covers the test set, not the training seed. Each comparison is computed per seed "
+    "(seed s of A against seed s of B, a hull of seed s read at that seed's own cost), and the pooled Δ is the "
+    "mean of the per-seed Δs over the seeds both sides have (the A and B columns average the same seeds, so "
+    "Δ = A − B); its CI is that mean's bootstrap. A verdict that a seed "
     "contradicts is downgraded to inconclusive (\"seeds disagree\"): an ordering or threshold that any seed's own "
     "value contradicts is not established, however narrow the pooled CI. So is one that a seed of either side "
     "cannot be checked on (its rows lack a point the comparison needs, or its own hull does not reach the cost; "
@@ -37,7 +40,9 @@ RULES = [
     "seed's test does not support at p < 0.05 is downgraded to inconclusive.",
     "* At a budget, a method's quality is read on its hull: its Pareto points joined by straight lines (a "
     "segment is reached by running its two end points on shares of the inputs), so between two measured points "
-    "the value is an interpolation; the \"hull read between\" column names the points. A budget outside a "
+    "the value is an interpolation; the \"hull read between\" column names the points. The hull is chosen on the "
+    "estimates, and every bootstrap resample is read on that same line, so a hull value's CI is the CI of the "
+    "value printed (at a measured point, exactly that point's CI). A budget outside a "
     "method's measured cost range is \"not measured\" (inconclusive): hulls are never extrapolated.",
     "* **Points compared** lists, per training-protocol version (rows without a `protocol` column are version 1), "
     "the points a claim's checks compared, counted by the seeds they have rows for.",
@@ -279,9 +284,13 @@ def constant_prediction(view: TaskView, keys) -> str:
         if len(distinct) != 1:
             return ""
         outputs.add(_output_text(distinct[0]))
+    # a classifier's accuracy is then the share of its one label in the test set
+    tail = f": its {view.metric} is that label's share of the test set" if view.metric in (
+        "accuracy", "top1") else ""
     if len(outputs) == 1:
-        return f"every seed outputs {next(iter(outputs))} on every example"
-    return f"each seed gives one output on every example ({' / '.join(sorted(outputs))})" if outputs else ""
+        return f"every seed outputs {next(iter(outputs))} on every example{tail}"
+    return (f"each seed outputs one label on every example ({' / '.join(sorted(outputs))}){tail}"
+            if outputs else "")
 
 
 def _reaches(view: TaskView, check: Reaches) -> CheckResult:
@@ -353,9 +362,6 @@ def beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
         return CheckResult(check.title or f"{check.a.name} vs {check.b.name}", check.quantifier,
                            [Item(f"no points of {missing}", "", "", math.nan, math.nan, math.nan, "", "", UNSURE,
                                  "no rows")], UNSURE)  # nothing compared
-    a_draws = [view.unc.mean_draws(k) for k in a_pts["keys"]]
-    b_draws = [view.unc.mean_draws(k) for k in b_pts["keys"]]
-    have = all(d is not None for d in a_draws + b_draws)
     a_seeds, b_seeds = _seed_rows(view, a_pts), _seed_rows(view, b_pts)
     # a seed's hull is drawn at its own rows' costs, not the seed means'
     own_frac = dict(zip(view.rows["row_key"], row_fractions(view.rows, view.macs_dense)))
@@ -369,29 +375,46 @@ def beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
                          "history keeps them)")
     b_note = _note(constant_prediction(view, b_point["keys"])) if check.b_is_point else ""  # one B point: once
 
-    def seed_hull(seeds: dict[int, dict], seed: int, x: float) -> float:
-        """One seed's hull at ``x``: its rows' qualities at their own cost fractions (NaN without rows)."""
-        entries = seeds.get(seed, {}).values()
-        return quality_at_budget([own_frac[e[1]] for e in entries], [e[0] for e in entries], x, hib)
+    def row_draws(key: str) -> np.ndarray | None:
+        return view.unc.mean_draws([key])
 
-    def b_at(x: float, seed: int | None = None) -> tuple[float, np.ndarray | None]:
+    def seed_hull(seeds: dict[int, dict], seed: int, x: float) -> tuple[float, np.ndarray | None]:
+        """One seed's hull at ``x`` (its rows at their own cost fractions) and its draws; NaN without rows."""
+        entries = list(seeds.get(seed, {}).values())
+        fracs, qualities = [own_frac[e[1]] for e in entries], [e[0] for e in entries]
+        value = quality_at_budget(fracs, qualities, x, hib) if entries else math.nan
+        draws = [row_draws(e[1]) for e in entries]
+        if not math.isfinite(value) or any(d is None for d in draws):
+            return value, None
+        return value, hull_draws(fracs, qualities, np.stack(draws), x, hib)
+
+    def b_at(x: float, seed: int) -> tuple[float, np.ndarray | None]:
         if check.b_is_point:
-            if seed is not None:
-                q = b_seeds.get(seed, {}).get(b_pts.index[0])
-                return (q[0] if q else math.nan), None
-            return float(b_point["quality"]), (b_draws[0] if have else None)
-        if seed is not None:
-            return seed_hull(b_seeds, seed, x), None
-        value = quality_at_budget(b_pts["frac"], b_pts["quality"], x, hib)
-        return value, (hull_draws(b_pts["frac"], np.stack(b_draws), x, hib) if have else None)
+            entry = b_seeds.get(seed, {}).get(b_pts.index[0])
+            return (entry[0], row_draws(entry[1])) if entry else (math.nan, None)
+        return seed_hull(b_seeds, seed, x)
 
-    def a_at(x: float, seed: int | None = None) -> tuple[float, np.ndarray | None]:
-        if seed is not None:
-            return seed_hull(a_seeds, seed, x), None
-        value = quality_at_budget(a_pts["frac"], a_pts["quality"], x, hib)
-        return value, (hull_draws(a_pts["frac"], np.stack(a_draws), x, hib) if have else None)
+    def pooled(pairs: dict[int, tuple]) -> tuple[float, np.ndarray | None, float, np.ndarray | None, dict]:
+        """Per seed s a pair (A_s, its draws, B_s, its draws) -> the seed means of A and B over the seeds where
+        both are measured (so Δ is the mean of the per-seed Δs, and both sides average the same seeds), their
+        draws (None unless every such seed has them) and the per-seed Δs (NaN: that seed not compared)."""
+        per_seed = {s: (float(_goodness(qa, hib) - _goodness(qb, hib)) if math.isfinite(qa) and math.isfinite(qb)
+                        else math.nan) for s, (qa, _, qb, _) in pairs.items()}
+        both = [pairs[s] for s, v in per_seed.items() if math.isfinite(v)]
+        def mean(values, draws):
+            return float(np.mean(values)), (None if any(d is None for d in draws) else np.mean(draws, axis=0))
 
-    def item(where, qa, da, qb, db, per_seed, extra="", pvalues=(), hull="", a_note="") -> Item:
+        if not both:  # nothing compared: A's own value (over its measured seeds) for the record
+            measured = [p for p in pairs.values() if math.isfinite(p[0])]
+            qa, da = mean([p[0] for p in measured], [p[1] for p in measured]) if measured else (math.nan, None)
+            return qa, da, math.nan, None, per_seed
+
+        qa, da = mean([p[0] for p in both], [p[1] for p in both])
+        qb, db = mean([p[2] for p in both], [p[3] for p in both])
+        return qa, da, qb, db, per_seed
+
+    def item(where, pairs, extra="", pvalues=(), hull="", a_note="") -> Item:
+        qa, da, qb, db, per_seed = pooled(pairs)
         delta = float(_goodness(qa, hib) - _goodness(qb, hib)) if math.isfinite(qa) and math.isfinite(qb) else math.nan
         lo = hi = math.nan
         if da is not None and db is not None:
@@ -400,7 +423,7 @@ def beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
         reason = "" if math.isfinite(delta) else "not measured at this cost"
         if math.isfinite(delta):
             result, reason = seed_check(result, per_seed, check.margin)
-            if not have:
+            if da is None or db is None:
                 reason = "no CI: a compared row has no per-sample file"
         if result != UNSURE and check.margin == 0 and pvalues and any(p >= 0.05 for p in pvalues):
             result, reason = UNSURE, "sacreBLEU paired test p ≥ 0.05"
@@ -414,26 +437,21 @@ def beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
 
     if check.budgets:
         for x in check.budgets:
-            qa, da = a_at(x)
-            qb, db = b_at(x)
-            per_seed = {}
-            for seed in sorted(set(a_seeds) | set(b_seeds)):  # a seed either side lacks is not compared
-                sa, sb = a_at(x, seed)[0], b_at(x, seed=seed)[0]
-                per_seed[seed] = float(_goodness(sa, hib) - _goodness(sb, hib))
+            pairs = {seed: (*seed_hull(a_seeds, seed, x), *b_at(x, seed))  # a seed either side lacks: not compared
+                     for seed in sorted(set(a_seeds) | set(b_seeds))}
             hull = f"A: {hull_segment(a_pts, x, hib)}" + ("" if check.b_is_point else f"; B: {hull_segment(b_pts, x, hib)}")
-            items.append(item(f"at {x:.0%} of dense cost", qa, da, qb, db, per_seed, hull=hull))
+            items.append(item(f"at {x:.0%} of dense cost", pairs, hull=hull))
     else:
-        for (idx, point), da in zip(a_pts.iterrows(), a_draws):
+        for idx, point in a_pts.iterrows():
             if point["frac"] > check.max_cost:
                 continue
-            qb, db = b_at(float(point["frac"]))
-            per_seed, pvalues, extra = {}, [], []
+            pairs, pvalues, extra = {}, [], []
             for seed in sorted(a_seeds):  # every seed of the point; one B lacks is not compared (NaN)
                 entry = a_seeds[seed].get(idx)
                 if entry is None:
                     continue
-                sb = b_at(own_frac[entry[1]], seed=seed)[0]  # B's hull of that seed at that seed's own cost
-                per_seed[seed] = float(_goodness(entry[0], hib) - _goodness(sb, hib))
+                # B's hull of that seed at that seed's own cost
+                pairs[seed] = (entry[0], row_draws(entry[1]), *b_at(own_frac[entry[1]], seed))
                 if view.metric == "bleu" and check.b_is_point:
                     b_entry = b_seeds.get(seed, {}).get(b_pts.index[0])
                     test = _sacrebleu(view, b_entry[1], entry[1]) if b_entry else None
@@ -441,8 +459,8 @@ def beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
                         pvalues.append(test["p_value"])
                         extra.append(f"s{seed}: p = {test['p_value']:.3f}")
             items.append(item(f"{check.a.name} {point['knob_name']}={knob_label(point['knob_value'])} "
-                              f"({100 * point['frac']:.1f}%)", float(point["quality"]), da, qb, db, per_seed,
-                              "; ".join(extra), pvalues, a_note=constant_prediction(view, point["keys"]),
+                              f"({100 * point['frac']:.1f}%)", pairs, "; ".join(extra), pvalues,
+                              a_note=constant_prediction(view, point["keys"]),
                               hull="" if check.b_is_point else f"B: {hull_segment(b_pts, float(point['frac']), hib)}"))
     title = check.title or f"{check.a.name} better than {check.b.name}"
     return CheckResult(title, check.quantifier, items, combine([i.verdict for i in items], check.quantifier),

@@ -57,10 +57,29 @@ def test_hull_draws_match_quality_at_budget():
         cost = rng.choice([0.1, 0.3, 0.5, 0.8, 1.0], n)
         quality = rng.random((n, 4))
         budget, hib = float(rng.choice([0.05, 0.3, 0.6, 1.0, 1.2])), bool(rng.integers(2))
-        draws = report.hull_draws(cost, quality, budget, hib)
-        for j in range(4):
+        for j in range(4):  # with resample j as the estimate, resample j is read exactly like quality_at_budget
+            draws = report.hull_draws(cost, quality[:, j], quality, budget, hib)
             expected = report.quality_at_budget(cost, quality[:, j], budget, hib)
             assert (np.isnan(expected) and np.isnan(draws[j])) or draws[j] == pytest.approx(expected)
+
+
+def test_hull_draws_keep_the_estimates_hull():
+    # two points close in quality at one cost and a cheaper one: the front is chosen on the estimates, so a
+    # vertex's draws are its own draws (not the better of the two in each resample), and between vertices
+    # the draws are the same straight-line mix as the estimate
+    rng = np.random.default_rng(5)
+    cost = np.array([0.5, 1.0, 1.0])
+    draws = np.vstack([0.7 + 0.01 * rng.standard_normal(1000), 0.80 + 0.01 * rng.standard_normal(1000),
+                       0.79 + 0.01 * rng.standard_normal(1000)])
+    estimate = np.array([0.7, 0.80, 0.79])
+    assert np.array_equal(report.hull_draws(cost, estimate, draws, 1.0), draws[1])
+    assert np.allclose(report.hull_draws(cost, estimate, draws, 0.75), 0.5 * draws[0] + 0.5 * draws[1])
+    lo, hi = stats.interval(report.hull_draws(cost, estimate, draws, 1.0))
+    assert lo < 0.80 < hi  # the interval brackets the printed value
+    assert np.all(np.isnan(report.hull_draws(cost, estimate, draws, 0.4)))  # below the cheapest: not measured
+    # past a dominated costliest point the hull is flat at the last Pareto point
+    weights = report.hull_weights([0.2, 0.5, 0.9], [0.6, 0.9, 0.8], 0.7)
+    assert weights.tolist() == [0.0, 1.0, 0.0]
 
 
 def _write(results_dir, method, knob, frac, accuracy, seed, n=2000, kind="train", protocol=results.PROTOCOL_VERSION,
@@ -282,7 +301,8 @@ def test_a_point_that_outputs_one_class_everywhere_says_so(tmp_path):
                                                 Reaches(Select("dense"), 0.6)), dataset=DATASET)
     result = report_claims.evaluate(claim, views, tmp_path)
     flat, dense = result.checks[0].items[0].a, result.checks[1].items[0].a
-    assert flat.endswith("(every seed outputs 1 on every example)") and "every seed" not in dense
+    assert flat.endswith("(every seed outputs 1 on every example: its accuracy is that label's share of the test set)")
+    assert "every seed" not in dense
     assert report_claims._output_text(float("nan")) == "an empty output"  # an empty text read back from CSV
     assert report_claims._output_text("x" * 40) == repr("x" * 29 + "…")
 
@@ -322,3 +342,19 @@ def test_a_seeds_own_hull_is_read_at_its_own_rows_cost_fractions(tmp_path):
     item = report_claims.evaluate(claim, _views(tmp_path), tmp_path).checks[0].items[0]
     assert "s0: -0.1500" in item.seeds  # halfway between 0.70 (40%) and 0.80 (60%)
     assert "s1: -0.1000" in item.seeds  # exactly its 50% point (the seed means' fraction would give -0.125)
+    assert item.delta == pytest.approx(-0.125)  # the mean of the per-seed Δs
+
+
+def test_the_pooled_delta_averages_the_seeds_both_sides_have(tmp_path):
+    """A point with seed 0 only, against static models with seeds 0, 1, 2: the pooled Δ is seed 0's Δ (the
+    other seeds' weaker static models do not enter it), and it is always the mean of the per-seed Δs."""
+    for seed in (0, 1, 2):
+        _write(tmp_path, "dense", "small", 0.25, 0.70, seed, kind="static")
+        _write(tmp_path, "dense", "1.0", 1.0, 0.86 if seed == 0 else 0.70, seed, kind="static")
+    _write(tmp_path, "m", "a", 0.5, 0.80, 0)
+    claim = Claim("c", "test", "test", "toy", (Beats(Select("m"), Select("dense")),), dataset=DATASET)
+    item = report_claims.evaluate(claim, _views(tmp_path), tmp_path).checks[0].items[0]
+    assert item.seeds == "s0: +0.0467"  # 0.80 against 0.70 + (0.25 / 0.75) * 0.16
+    assert item.delta == pytest.approx(0.80 - (0.70 + 0.16 / 3))  # not against the three seeds' mean hull
+    assert item.lo < item.delta < item.hi
+    assert item.b.startswith("0.7533")
