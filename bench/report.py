@@ -860,7 +860,9 @@ def kernel_report(results_dir: Path, reports_dir: Path) -> list[str]:
     body = [[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row] for row in fits.itertuples(index=False)]
     results.atomic_write_text(table, "# ACM kernel: T(f) = a + b*f fits (relative to the dense MLP)\n\n"
                               f"Latest run: `{latest['command'].iloc[0]}` on {latest['device_name'].iloc[0]}, "
-                              f"git {str(latest['git_sha'].iloc[0])[:10]}.\n\n" + markdown_table(header, body) + "\n")
+                              f"git {str(latest['git_sha'].iloc[0])[:10]}.\n\n"
+                              f"![ACM kernel latency against the routed fraction]({Path(figure).name})\n\n"
+                              + markdown_table(header, body) + "\n")
     return [str(figure), str(table)]
 
 
@@ -1031,8 +1033,8 @@ def write_all(results_dir: str, reports_dir: str, echo=print) -> list[str]:
     clash = sorted({p for p in written if written.count(p) > 1})
     if clash:  # a figure function that ignores its stem; the report would show one section's data twice
         raise ValueError(f"report: {', '.join(clash)} written by more than one section; name files after the stem")
-    claim_paths, summary = report_claims.write(views, out, results_dir, echo=echo)
     static = {f"{view.task}\0{view.dataset}": report_static.compare(view, results_dir) for view in views}
+    claim_paths, summary = report_claims.write(views, out, results_dir, echo=echo, static=static)
     board = write_leaderboard(views, out, figures, results_dir, claims_summary=summary, notes=notes, static=static)
     status = report_status.write(frame, out, results_dir)
     return kernel_paths + written + claim_paths + board + status

@@ -574,7 +574,8 @@ def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
                 for d in doubles]
         header = ["steps", "gain Δ [95% CI]", "per seed"] + (["target", "verdict"] if gain_threshold is not None else [])
         lines += ["Gain from more steps (Δ = quality at the larger − quality at the smaller step count, the "
-                  "metric's direction applied; paired over test examples; the target judges doublings, N → 2N):",
+                  "metric's direction applied; over the seeds both step counts have, so it can differ from the difference of "
+                  "the table's seed means above; paired over test examples; the target judges doublings, N → 2N):",
                   "", markdown_table(header, rows), ""]
     summary = {"task": curve.task, "default": curve.default_steps, "checks": []}
     default = next((p for p in pts if p.steps == curve.default_steps), None)

@@ -110,3 +110,25 @@ def section_lines(view: TaskView, comparisons: list[StaticComparison], tag: str)
     md += ["", markdown_table(["point", f"{view.metric} [95% CI]", "static hull at its cost [95% CI]",
                                "static hull read between", "Δ [95% CI]", "per seed Δ", "verdict"], table)]
     return md
+
+
+def claim_lines(view: TaskView, comparisons: list[StaticComparison], methods: set[str]) -> list[str]:
+    """For a claim's section on the claims page: the leaderboard's summary rows for the curves of the methods
+    the claim compares (a claim between two methods can hold while both lose to a static model of equal
+    cost); [] when none of them has a comparison."""
+    curve_method = dict(zip(view.points["curve"].astype(str), view.points["method"].astype(str)))
+    mine = [c for c in comparisons if curve_method.get(c.curve) in methods]
+    if not mine:
+        return []
+    if not any(c.compared for c in mine):
+        return ["None of these methods' points lies within the cost range of the section's static models, so "
+                "none is compared with them (the static hull is never extrapolated; the leaderboard's section "
+                "says which static sizes would make the comparison)."]
+    rows = [[c.curve, str(len(c.compared)), str(c.count("better")), str(c.count("worse")),
+             str(c.count("inconclusive")), c.delta_range(), str(c.outside)] for c in mine]
+    return ["The same methods against the section's static models (the leaderboard's \"Against the static "
+            "models\": each point against the static hull at its own cost, same rules; Δ > 0 = better than "
+            "the static models):", "",
+            markdown_table(["method", "points compared", "better", "worse", "inconclusive", "Δ from … to",
+                            "outside the static range"], rows)]
+

@@ -242,6 +242,7 @@ def test_benchmark_quick(tmp_path):
     table = (tmp_path / "board" / "kernel_fit.md").read_text()
     # markdown tables escape underscores (rendered as acm_sorted)
     assert "acm\\_sorted" in table and "| batch | k\\_mode | variant |" in table
+    assert "](kernel_latency.png)" in table  # the page shows the figure it comes with
 
 
 def test_fit_line_exact():

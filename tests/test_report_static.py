@@ -121,3 +121,32 @@ def test_a_seed_is_compared_at_its_own_rows_cost(tmp_path):
     (line,) = comparison.compared
     assert line.seeds == "s0: +0.1300, s1: -0.0100"
     assert line.lo > 0 and report_static.word(line.verdict) == "inconclusive" and line.reason == "seeds disagree"
+
+
+def test_a_claims_section_shows_its_methods_against_the_static_models(tmp_path):
+    """A claim between two methods can hold while both lose to a static model of equal cost: the claims page
+    gives, beside the claim, the static comparison's summary of the methods the claim compares."""
+    from bench import report_claims
+    from bench.claims import Beats, Claim, Select
+    from tests.test_stats_claims import DATASET
+
+    view = _section(tmp_path)
+    claim = Claim("c", "test", "test", "toy", (Beats(Select("m"), Select("dense", kind="static"), budgets=(0.75,)),),
+                  dataset=DATASET)
+    assert report_claims.claim_methods(claim) == {"m"}
+    lines = report_static.claim_lines(view, report_static.compare(view, tmp_path), {"m"})
+    assert "| m | 2 | 1 | 1 | 0 | -0.1200 … +0.1000 | 2 |" in lines[-1] and "split" not in lines[-1]
+    assert report_static.claim_lines(view, report_static.compare(view, tmp_path), {"other"}) == []
+    result = report_claims.evaluate(claim, [view], tmp_path)
+    page = report_claims.claims_markdown([result], str(tmp_path), {"c": lines})
+    section = page.split("## c", 1)[1]
+    assert section.index("against the section's static models") < section.index("### c, check 1")
+
+
+def test_a_claim_whose_methods_lie_outside_the_static_range_gets_one_line(tmp_path):
+    for seed in (0, 1):
+        _write(tmp_path, "dense", "1.0", 1.0, 0.90, seed, kind="static")
+        _write(tmp_path, "m", "a", 0.5, 0.80, seed)
+    view = _views(tmp_path)[0]
+    (line,) = report_static.claim_lines(view, report_static.compare(view, tmp_path), {"m"})
+    assert line.startswith("None of these methods' points lies within the cost range")
