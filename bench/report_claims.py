@@ -31,7 +31,7 @@ RULES = [
     "* **Seeds.** The CI covers the test set, not the training seed. Each comparison is computed per seed "
     "(seed s of A against seed s of B, a hull of seed s read at that seed's own cost), and the pooled Δ is the "
     "mean of the per-seed Δs over the seeds both sides have (the A and B columns average the same seeds, so "
-    "Δ = A − B); its CI is that mean's bootstrap. A verdict that a seed "
+    "Δ = A − B in the metric's direction); its CI is that mean's bootstrap. A verdict that a seed "
     "contradicts is downgraded to inconclusive (\"seeds disagree\"): an ordering or threshold that any seed's own "
     "value contradicts is not established, however narrow the pooled CI. So is one that a seed of either side "
     "cannot be checked on (its rows lack a point the comparison needs, or its own hull does not reach the cost; "
@@ -41,9 +41,11 @@ RULES = [
     "seed's test does not support at p < 0.05 is downgraded to inconclusive.",
     "* At a budget, a method's quality is read on its hull: its Pareto points joined by straight lines (a "
     "segment is reached by running its two end points on shares of the inputs), so between two measured points "
-    "the value is an interpolation; the \"hull read between\" column names the points. The hull is chosen on the "
-    "estimates, and every bootstrap resample is read on that same line, so a hull value's CI is the CI of the "
-    "value printed (at a measured point, exactly that point's CI). A budget outside a "
+    "the value is an interpolation. Each seed's hull is chosen on that seed's own points, and every bootstrap "
+    "resample is read on that same line: the CI is that of the value printed, conditional on the points chosen "
+    "(which points are on the front is the leaderboard's \"on the front\" share). The \"hull read between\" "
+    "column names the vertices of the seed means' hull, as a guide; a seed's own hull can differ. A budget "
+    "outside a "
     "method's measured cost range is \"not measured\" (inconclusive): hulls are never extrapolated.",
     "* **Points compared** lists, per training-protocol version (rows without a `protocol` column are version 1), "
     "the points a claim's checks compared, counted by the seeds they have rows for.",
@@ -376,8 +378,12 @@ def beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
                          "history keeps them)")
     b_note = _note(constant_prediction(view, b_point["keys"])) if check.b_is_point else ""  # one B point: once
 
+    # draws are paired only on one test set (the same resampled indices): rows on another set give no CI
+    keys = [key for frame in (a_pts, b_pts) for point_keys in frame["keys"] for key in point_keys]
+    one_set = len({view.unc.test_set.get(key) for key in keys}) == 1
+
     def row_draws(key: str) -> np.ndarray | None:
-        return view.unc.mean_draws([key])
+        return view.unc.mean_draws([key]) if one_set else None
 
     def seed_hull(seeds: dict[int, dict], seed: int, x: float) -> tuple[float, np.ndarray | None]:
         """One seed's hull at ``x`` (its rows at their own cost fractions) and its draws; NaN without rows."""
@@ -562,11 +568,14 @@ def summary_lines(claim_results: list[ClaimResult], link: str = "claims.md") -> 
             markdown_table(header, table)]
 
 
-def claim_methods(claim: Claim) -> set[str]:
-    """The methods a claim's checks select by name (the static models, selected by kind, are not among them)."""
+def claim_curves(claim: Claim, view: TaskView) -> set[str]:
+    """The curves a claim's checks select in ``view``, by the selectors' full filters (a claim that leaves
+    some of a method's points out leaves their curve out); the static models (selected by kind) are not
+    among them."""
     selects = [sel for check in claim.checks
                for sel in ((check.a, check.b) if isinstance(check, Beats) else (check.select,))]
-    return {sel.method for sel in selects if sel.method and sel.kind != "static"}
+    return {str(curve) for sel in selects if sel.kind != "static"
+            for curve in select_points(view, sel)["curve"]}
 
 
 def claims_markdown(claim_results: list[ClaimResult], results_dir: str,
@@ -580,7 +589,8 @@ def claims_markdown(claim_results: list[ClaimResult], results_dir: str,
     md += ["", "## How the verdicts are reached", "",
            f"Bootstrap: `scipy.stats.bootstrap`, {stats.N_RESAMPLES} resamples of the test examples, percentile "
            f"intervals, random state {stats.RANDOM_SEED} (re-running gives the same numbers); every row of a "
-           "section is resampled with the same example indices, so differences are paired. Points are seed means. "
+           "section is resampled with the same example indices, so differences are paired. A comparison's A "
+           "and B are means over the seeds both sides have. "
            "Δ = how much better A is than B in the metric's direction (for WER, B − A)."]
     md += [""] + RULES
     for r in claim_results:
@@ -633,7 +643,7 @@ def write(views: list[TaskView], reports_dir: Path, results_dir, echo=print,
     for r in claim_results:
         echo(f"  claim {r.claim.id}: {r.verdict}")
     static_lines = {r.claim.id: report_static.claim_lines(
-        r.view, (static or {}).get(f"{r.view.task}\0{r.view.dataset}", []), claim_methods(r.claim))
+        (static or {}).get(f"{r.view.task}\0{r.view.dataset}", []), claim_curves(r.claim, r.view))
         for r in claim_results if r.view is not None}
     paths = write_page(reports_dir, "claims", claims_markdown(claim_results, str(results_dir), static_lines),
                        "Paper claims")

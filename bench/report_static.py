@@ -112,12 +112,11 @@ def section_lines(view: TaskView, comparisons: list[StaticComparison], tag: str)
     return md
 
 
-def claim_lines(view: TaskView, comparisons: list[StaticComparison], methods: set[str]) -> list[str]:
-    """For a claim's section on the claims page: the leaderboard's summary rows for the curves of the methods
-    the claim compares (a claim between two methods can hold while both lose to a static model of equal
-    cost); [] when none of them has a comparison."""
-    curve_method = dict(zip(view.points["curve"].astype(str), view.points["method"].astype(str)))
-    mine = [c for c in comparisons if curve_method.get(c.curve) in methods]
+def claim_lines(comparisons: list[StaticComparison], curves: set[str]) -> list[str]:
+    """For a claim's section on the claims page: the leaderboard's summary rows for the curves the claim
+    compares (a claim between two methods can hold while both lose to a static model of equal cost); []
+    when none of them has a comparison."""
+    mine = [c for c in comparisons if c.curve in curves]
     if not mine:
         return []
     if not any(c.compared for c in mine):

@@ -133,10 +133,14 @@ def test_a_claims_section_shows_its_methods_against_the_static_models(tmp_path):
     view = _section(tmp_path)
     claim = Claim("c", "test", "test", "toy", (Beats(Select("m"), Select("dense", kind="static"), budgets=(0.75,)),),
                   dataset=DATASET)
-    assert report_claims.claim_methods(claim) == {"m"}
-    lines = report_static.claim_lines(view, report_static.compare(view, tmp_path), {"m"})
+    assert report_claims.claim_curves(claim, view) == {"m"}  # the static models are not the claim's curves
+    # a selector's filters count, not only its method: one that matches no row of "m" selects no curve
+    narrowed = Claim("n", "test", "test", "toy", (Beats(Select("m", variant_is="other"), Select("split")),),
+                     dataset=DATASET)
+    assert report_claims.claim_curves(narrowed, view) == {"split"}
+    lines = report_static.claim_lines(report_static.compare(view, tmp_path), {"m"})
     assert "| m | 2 | 1 | 1 | 0 | -0.1200 … +0.1000 | 2 |" in lines[-1] and "split" not in lines[-1]
-    assert report_static.claim_lines(view, report_static.compare(view, tmp_path), {"other"}) == []
+    assert report_static.claim_lines(report_static.compare(view, tmp_path), {"other"}) == []
     result = report_claims.evaluate(claim, [view], tmp_path)
     page = report_claims.claims_markdown([result], str(tmp_path), {"c": lines})
     section = page.split("## c", 1)[1]
@@ -148,5 +152,5 @@ def test_a_claim_whose_methods_lie_outside_the_static_range_gets_one_line(tmp_pa
         _write(tmp_path, "dense", "1.0", 1.0, 0.90, seed, kind="static")
         _write(tmp_path, "m", "a", 0.5, 0.80, seed)
     view = _views(tmp_path)[0]
-    (line,) = report_static.claim_lines(view, report_static.compare(view, tmp_path), {"m"})
+    (line,) = report_static.claim_lines(report_static.compare(view, tmp_path), {"m"})
     assert line.startswith("None of these methods' points lies within the cost range")

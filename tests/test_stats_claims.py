@@ -5,6 +5,7 @@ verdict follows its CI (and is downgraded when seeds disagree)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import zlib
 
 import numpy as np
@@ -327,7 +328,7 @@ def test_a_seeds_own_hull_is_read_at_its_own_rows_cost_fractions(tmp_path):
     its rows' own fractions of its own base (seed 1's point at 50% of its base is read at 50%)."""
     n = 2000
     for seed, base, points in ((0, 100.0, (("a", 0.4, 0.70), ("b", 0.6, 0.80))),
-                               (1, 120.0, (("a", 0.3, 0.70), ("b", 0.5, 0.80)))):
+                               (1, 120.0, (("a", 0.3, 0.70), ("b", 0.5, 0.85)))):
         for method, knob, frac, accuracy, kind in (("dense", "1.0", 1.0, 0.90, "static"),
                                                    *(("m", k, f, q, "train") for k, f, q in points)):
             score = (np.arange(n) < round(accuracy * n)).astype(float)
@@ -341,8 +342,9 @@ def test_a_seeds_own_hull_is_read_at_its_own_rows_cost_fractions(tmp_path):
                                                      margin=-0.2),), dataset=DATASET)
     item = report_claims.evaluate(claim, _views(tmp_path), tmp_path).checks[0].items[0]
     assert "s0: -0.1500" in item.seeds  # halfway between 0.70 (40%) and 0.80 (60%)
-    assert "s1: -0.1000" in item.seeds  # exactly its 50% point (the seed means' fraction would give -0.125)
-    assert item.delta == pytest.approx(-0.125)  # the mean of the per-seed Δs
+    assert "s1: -0.0500" in item.seeds  # exactly its 50% point, not a read at the seed means' fractions
+    # the pooled Δ is the mean of the per-seed Δs (the hull of the seed means would give -0.10625)
+    assert item.delta == pytest.approx(-0.10)
 
 
 def test_the_pooled_delta_averages_the_seeds_both_sides_have(tmp_path):
@@ -358,3 +360,29 @@ def test_the_pooled_delta_averages_the_seeds_both_sides_have(tmp_path):
     assert item.delta == pytest.approx(0.80 - (0.70 + 0.16 / 3))  # not against the three seeds' mean hull
     assert item.lo < item.delta < item.hi
     assert item.b.startswith("0.7533")
+
+
+def test_the_a_column_averages_only_the_seeds_b_also_has(tmp_path):
+    """A on three seeds against a B point on seed 0 only: A, B and Δ are seed 0's, and the other seeds of A
+    are not compared (the verdict then cannot hold: those seeds are unchecked)."""
+    for seed, accuracy in ((0, 0.80), (1, 0.60), (2, 0.60)):
+        _write(tmp_path, "m", "a", 0.5, accuracy, seed)
+    _write(tmp_path, "dense", "1.0", 1.0, 0.70, 0, kind="static")
+    claim = Claim("c", "test", "test", "toy", (Beats(Select("m"), Select("dense"), b_is_point=True),),
+                  dataset=DATASET)
+    item = report_claims.evaluate(claim, _views(tmp_path), tmp_path).checks[0].items[0]
+    assert item.a.startswith("0.8000") and item.b.startswith("0.7000") and item.delta == pytest.approx(0.10)
+    assert item.seeds == "s0: +0.1000, s1: —, s2: —" and item.verdict == "inconclusive"
+
+
+
+def test_rows_on_different_test_sets_are_compared_without_a_ci(tmp_path):
+    """Paired draws need one test set: a comparison whose rows were scored on different sets gives its Δ but
+    no CI, and so no verdict."""
+    _write(tmp_path, "m", "a", 0.5, 0.80, 0)
+    _write(tmp_path, "dense", "1.0", 1.0, 0.70, 0, kind="static", n=1000)
+    claim = Claim("c", "test", "test", "toy", (Beats(Select("m"), Select("dense"), b_is_point=True),),
+                  dataset=DATASET)
+    item = report_claims.evaluate(claim, _views(tmp_path), tmp_path).checks[0].items[0]
+    assert item.delta == pytest.approx(0.10) and math.isnan(item.lo)
+    assert item.verdict == "inconclusive" and item.reason.startswith("no CI")
