@@ -301,6 +301,11 @@ class TaskView:
     def slug(self) -> str:
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", self.task)
 
+    @property
+    def key(self) -> str:
+        """The section's key in the report's per-section dicts (figures, notes, static comparisons)."""
+        return f"{self.task}\0{self.dataset}"
+
 
 def _distinct_parts(variants: list[str]) -> dict[str, str]:
     """Each variant string reduced to its ";"-separated parts that differ between the variants."""
@@ -827,8 +832,8 @@ def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[st
         md += ["", f"## {md_escape(title)}", ""] + [note + "  " for note in _section_notes(view)]
         tag = dataset_tag(view.dataset)
         tag = view.dataset if tags[(view.task, tag)] > 1 else tag  # two sections of one task share the tag
-        md += [line for line in (notes or {}).get(f"{view.task}\0{view.dataset}", [])]
-        for name in figures.get(f"{view.task}\0{view.dataset}", []):
+        md += [line for line in (notes or {}).get(view.key, [])]
+        for name in figures.get(view.key, []):
             if name.endswith(".png"):
                 md += ["", f"![{name}]({name})"]
             else:  # a data table beside the figures
@@ -838,7 +843,7 @@ def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[st
             md += ["", f"### {caption}: {md_escape(view.task)}, {md_escape(tag)}", "",
                    markdown_table(header, table)]
             if caption == "Summary":  # the first question after the figure: better than a smaller dense model?
-                md += report_static.section_lines(view, static.get(f"{view.task}\0{view.dataset}", []), tag)
+                md += report_static.section_lines(view, static.get(view.key, []), tag)
         md += ["", "git sha: \\* = tracked code differed from that commit; ? = git could not tell."]
     return write_page(reports_dir, "leaderboard", "\n".join(md) + "\n", "Leaderboard")
 
@@ -1018,7 +1023,7 @@ def write_all(results_dir: str, reports_dir: str, echo=print) -> list[str]:
     written, figures, notes = [], {}, {}
     for view in views:
         stem = stems[(view.task, view.dataset)]
-        key = f"{view.task}\0{view.dataset}"
+        key = view.key
         variants = report_plots.variant_numbers(view)  # a curve looks the same in both figures
         paths = [report_plots.plot_task(view, out / f"{stem}_pareto.png", x="cost", variants=variants)]
         timed = timing_view(view)
@@ -1033,7 +1038,7 @@ def write_all(results_dir: str, reports_dir: str, echo=print) -> list[str]:
     clash = sorted({p for p in written if written.count(p) > 1})
     if clash:  # a figure function that ignores its stem; the report would show one section's data twice
         raise ValueError(f"report: {', '.join(clash)} written by more than one section; name files after the stem")
-    static = {f"{view.task}\0{view.dataset}": report_static.compare(view, results_dir) for view in views}
+    static = {view.key: report_static.compare(view, results_dir) for view in views}
     claim_paths, summary = report_claims.write(views, out, results_dir, echo=echo, static=static)
     board = write_leaderboard(views, out, figures, results_dir, claims_summary=summary, notes=notes, static=static)
     status = report_status.write(frame, out, results_dir)

@@ -408,6 +408,7 @@ def beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
         per_seed = {s: (float(_goodness(qa, hib) - _goodness(qb, hib)) if math.isfinite(qa) and math.isfinite(qb)
                         else math.nan) for s, (qa, _, qb, _) in pairs.items()}
         both = [pairs[s] for s, v in per_seed.items() if math.isfinite(v)]
+
         def mean(values, draws):
             return float(np.mean(values)), (None if any(d is None for d in draws) else np.mean(draws, axis=0))
 
@@ -636,14 +637,14 @@ def claims_markdown(claim_results: list[ClaimResult], results_dir: str,
 def write(views: list[TaskView], reports_dir: Path, results_dir, echo=print,
           static: dict | None = None) -> tuple[list[str], list[str]]:
     """Evaluate every registered claim; write claims.md/.html; return (paths, leaderboard summary lines).
-    ``static``: each section's :func:`bench.report_static.compare`, keyed "<task>\\0<dataset>"."""
+    ``static``: each section's :func:`bench.report_static.compare`, keyed by :attr:`TaskView.key`."""
     from bench import report_static
 
     claim_results = [evaluate(c, views, results_dir) for c in registered_claims()]
     for r in claim_results:
         echo(f"  claim {r.claim.id}: {r.verdict}")
     static_lines = {r.claim.id: report_static.claim_lines(
-        (static or {}).get(f"{r.view.task}\0{r.view.dataset}", []), claim_curves(r.claim, r.view))
+        (static or {}).get(r.view.key, []), claim_curves(r.claim, r.view))
         for r in claim_results if r.view is not None}
     paths = write_page(reports_dir, "claims", claims_markdown(claim_results, str(results_dir), static_lines),
                        "Paper claims")

@@ -80,6 +80,15 @@ def compare(view: TaskView, results_dir: str | Path) -> list[StaticComparison]:
     return out
 
 
+def summary_table(comparisons: list[StaticComparison]) -> str:
+    """One line per curve: points compared, how many are better / worse / inconclusive, the range of Δ, and
+    the points outside the static range."""
+    rows = [[c.curve, str(len(c.compared)), str(c.count("better")), str(c.count("worse")),
+             str(c.count("inconclusive")), c.delta_range(), str(c.outside)] for c in comparisons]
+    return markdown_table(["method", "points compared", "better", "worse", "inconclusive", "Δ from … to",
+                           "outside the static range"], rows)
+
+
 def section_lines(view: TaskView, comparisons: list[StaticComparison], tag: str) -> list[str]:
     """The leaderboard's "Against the static models" subsection of one section ([] without comparisons)."""
     if not comparisons:
@@ -97,10 +106,7 @@ def section_lines(view: TaskView, comparisons: list[StaticComparison], tag: str)
                      f"`dense.width` / `dense.depth`) {' and '.join(sides)} than that, at the methods' costs, would "
                      "make the comparison."]
     md += [f"Static models of this section span {span} of dense cost. {RULE}", ""]
-    summary = [[c.curve, str(len(c.compared)), str(c.count("better")), str(c.count("worse")),
-                str(c.count("inconclusive")), c.delta_range(), str(c.outside)] for c in comparisons]
-    md += [markdown_table(["method", "points compared", "better", "worse", "inconclusive", "Δ from … to",
-                           "outside the static range"], summary)]
+    md += [summary_table(comparisons)]
     table = []
     for c in comparisons:
         for it in c.compared:
@@ -123,11 +129,7 @@ def claim_lines(comparisons: list[StaticComparison], curves: set[str]) -> list[s
         return ["None of these methods' points lies within the cost range of the section's static models, so "
                 "none is compared with them (the static hull is never extrapolated; the leaderboard's section "
                 "says which static sizes would make the comparison)."]
-    rows = [[c.curve, str(len(c.compared)), str(c.count("better")), str(c.count("worse")),
-             str(c.count("inconclusive")), c.delta_range(), str(c.outside)] for c in mine]
     return ["The same methods against the section's static models (the leaderboard's \"Against the static "
             "models\": each point against the static hull at its own cost, same rules; Δ > 0 = better than "
-            "the static models):", "",
-            markdown_table(["method", "points compared", "better", "worse", "inconclusive", "Δ from … to",
-                            "outside the static range"], rows)]
+            "the static models):", "", summary_table(mine)]
 
