@@ -114,6 +114,9 @@ class Task:
     """Base class of a task implementation.  ``cfg`` is the task's config section."""
 
     name: str = ""
+    # Behaviour version of the task's training data and base-model code: bump it when a change can alter a
+    # trained base model (docs/architecture.md); it enters every cache key of the task.
+    version: int = 1
     metric: str = "accuracy"
     higher_is_better: bool = True
     # Config keys that cannot change the dense base model (evaluation, the methods' budget): left out
@@ -223,6 +226,9 @@ class Method:
     seeds, optimiser policy, caching, resume) and hands the trained model to the runner."""
 
     name: str = ""
+    # Behaviour version of the method's conversion and stages: bump it when a change can alter a trained
+    # stage (docs/architecture.md); it enters the cache key of every stage of the method.
+    version: int = 1
 
     def __init__(self, cfg: Any, task: Task, run: "RunContext"):
         self.cfg = cfg

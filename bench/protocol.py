@@ -104,7 +104,7 @@ class Stage:
     are normalised over the stages; the last stage takes what the others leave, so the steps add up to the
     budget); ``min_steps`` raises a stage's steps (taken from the last stage).  ``config`` holds what,
     besides the code, determines the trained result (it enters the cache key; never put evaluation-only
-    keys here).  ``code`` lists the modules/classes whose source trains it.  ``prepare(model, ctx)`` runs
+    keys here); the code is named by the method's ``version`` (bench/versions.py).  ``prepare(model, ctx)`` runs
     before the stage (e.g. a conversion between stages, an initialisation calibrated on data) with a
     :class:`PrepareContext`: whether the stage's checkpoint exists and is about to be loaded (expensive
     initialisation can then be skipped) and the stage's first training batch.
@@ -118,7 +118,6 @@ class Stage:
     min_steps: int = 0
     params: Callable[[nn.Module], Iterable[nn.Parameter]] | None = None
     config: dict[str, Any] = field(default_factory=dict)
-    code: tuple[Any, ...] = ()
     policy: Policy = DEFAULT_POLICY
     prepare: Callable[[nn.Module, "PrepareContext"], None] | None = None
     finish: Callable[[nn.Module], None] | None = None
@@ -196,13 +195,12 @@ class Plan:
         return f"{parts} steps x batch {self.batch_size} {start} {self.budget} steps)"
 
 
-def chain(parent: dict[str, Any], stage: Stage, steps: int, offset: int, batch_size: int) -> dict[str, Any]:
-    """The cache key of a stage: its parent's key + what determines the stage."""
-    from bench.run import code_version
-
+def chain(parent: dict[str, Any], stage: Stage, steps: int, offset: int, batch_size: int,
+          version: int) -> dict[str, Any]:
+    """The cache key of a stage: its parent's key + what determines the stage (its config, budget and policy,
+    and ``version``, the method's behaviour version)."""
     return {"parent": parent, "stage": stage.name, "config": stage.config, "steps": steps, "offset": offset,
-            "batch": batch_size, "lr": stage.lr, "policy": stage.policy.describe(),
-            "code": code_version(*stage.code) if stage.code else ""}
+            "batch": batch_size, "lr": stage.lr, "policy": stage.policy.describe(), "version": version}
 
 
 def plan(method: "Method") -> Plan:
@@ -223,7 +221,7 @@ def plan(method: "Method") -> Plan:
         if stage.skip:
             planned.append(PlannedStage(stage, 0, offset, key))
             continue
-        key = chain(key, stage, steps, offset, batch_size)
+        key = chain(key, stage, steps, offset, batch_size, int(type(method).version))
         planned.append(PlannedStage(stage, steps, offset, key))
         offset += steps
     return Plan(starts_from, parent, budget, batch_size, tuple(planned))

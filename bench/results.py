@@ -106,7 +106,8 @@ class ResultRow:
     # the report flags ratios timed with load > CPUs and never mixes them with quiet ones
     timing_load_avg: float = float("nan")
     timing_cpus: int = 0
-    # hash of the code that made the row's model (method, task, skeleton, training loop; schema 3; "" before)
+    # the behaviour versions of the code that made the row's model (bench/versions.py, e.g.
+    # "skeleton1.trainer1.imagenet1.acm1"); a 12-hex hash of source files in older rows; "" before schema 3
     code_version: str = ""
     protocol: int = PROTOCOL_VERSION
     # scale (issue 16): the run's precision (training autocast), the dtype the MAC counter and the timer ran

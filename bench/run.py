@@ -1,7 +1,8 @@
 """RunContext: what a task or method needs from the harness during one run (cache, seeds, training).
 
 Cached artefacts live under ``<cache_dir>/<task>/<owner>/<name>-<key>.pt`` where the key hashes the
-configuration that determines them and the source code that produced them (a code change retrains).
+configuration that determines them and the explicit behaviour versions of the code that produced them
+(:mod:`bench.versions`): a version bump retrains, a refactor does not.
 
 Concurrent jobs (a joblib or SLURM sweep) share the cache safely: a stage is trained under an exclusive
 file lock ``<name>-<key>.pt.lock`` beside its checkpoint, so when two jobs need the same stage one trains
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import inspect
 import json
 import logging
 import os
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch
 from torch import nn
 
-from bench import distributed, train
+from bench import distributed, train, versions
 from bench.api import Batch, Task, plain  # noqa: F401  (plain: re-exported for methods)
 
 if TYPE_CHECKING:
@@ -39,44 +39,6 @@ log = logging.getLogger("bench")
 def stable_hash(obj: Any, length: int = 12) -> str:
     text = json.dumps(obj, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:length]
-
-
-# Files of a method/task package that cannot change trained weights (drawing figures from results, timing
-# randomly initialised models with forced decisions for `bench speed`, declaring the claims the report
-# evaluates).
-NOT_TRAINING_CODE = {"figures.py", "speed.py", "claims.py"}
-
-
-def code_version(*objects: Any) -> str:
-    """Hash of the source defining ``objects`` (modules, classes or functions).
-
-    An object defined in a package's ``__init__`` or in a module of a method/task package counts the
-    whole package directory (its model, data and training code), so editing any of it retrains; only
-    ``NOT_TRAINING_CODE`` files (figures) are left out.
-    """
-    files: set[Path] = set()
-    for obj in objects:
-        path = Path(inspect.getsourcefile(obj)).resolve()
-        if path.parent.parent.name in ("methods", "tasks"):
-            files.update(p for p in path.parent.glob("*.py") if p.name not in NOT_TRAINING_CODE)
-        else:
-            files.add(path)
-    digest = hashlib.sha256()
-    for path in sorted(files):
-        digest.update(path.name.encode() + path.read_bytes())
-    return digest.hexdigest()[:12]
-
-
-def skeleton_version() -> str:
-    """Hash of the shared model skeleton: every module under ``bench/models`` (a change there changes the
-    dense base model's key, and through the chained keys every stage trained on top of it)."""
-    import bench.models as skeleton_package
-
-    models_dir = Path(inspect.getsourcefile(skeleton_package)).parent
-    digest = hashlib.sha256()
-    for path in sorted(models_dir.glob("*.py")):
-        digest.update(path.name.encode() + path.read_bytes())
-    return digest.hexdigest()[:12]
 
 
 class RunContext:
@@ -178,12 +140,9 @@ class RunContext:
 
     def base_key(self, task: Task, width: float = 1.0, depth: float = 1.0) -> dict[str, Any]:
         """What determines the task's dense base model at a size: the task's training config, the seed, and
-        the code of the task, the skeleton (every module under bench/models) and the trainer."""
-        import bench.protocol as protocol
-
+        the behaviour versions of the skeleton, the trainer and the task (:func:`bench.versions.of`)."""
         return {"task": self.task_name, "cfg": task.base_config(), "width": width, "depth": depth,
-                "seed": self.seed, "skeleton": skeleton_version(), "code": code_version(type(task), train, protocol),
-                **self.scale_key()}
+                "seed": self.seed, "versions": versions.of(task), **self.scale_key()}
 
     def base_model(self, task: Task, width: float = 1.0, depth: float = 1.0) -> nn.Module:
         """The task's dense model at a given size, trained once with the task's budget and cached: one

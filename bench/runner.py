@@ -26,10 +26,10 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from bench import cost, distributed, paths, precision as amp, provenance, registry, results
+from bench import cost, distributed, paths, precision as amp, provenance, registry, results, versions
 from bench.api import Batch, Method, Task
 from bench.errors import UserError
-from bench.run import RunContext, code_version, plain
+from bench.run import RunContext, plain
 from bench.timing import Timing, measure_against_dense
 
 log = logging.getLogger("bench")
@@ -218,10 +218,7 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
                          allow_mismatch=bool(cfg.allow_cost_mismatch), precision=precision)
     # The task's dense base model, timed beside every knob value in the same process.
     dense = amp.cast_model(run_ctx.base_model(task).to(device).eval(), precision) if cfg.timing else None
-    import bench.models.transformer as skeleton
-    from bench import train
-
-    code = code_version(type(method), type(task), skeleton, train)
+    code = versions.tag(versions.of(task, method))
     written = []
     for value in pending:
         method.set_knob(model, value)

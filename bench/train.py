@@ -47,6 +47,11 @@ from bench.api import Batch
 from bench.checkpoints import Interrupted, atomic_save, load_final, load_partial, read
 from bench.data import ShardFn, step_loader
 
+# Behaviour version of the trainer and the core's protocol (this loop, its optimiser and schedule, and
+# bench/protocol.py's budget split, data offsets and per-step seeds): bump it when a change can alter a
+# trained model (docs/architecture.md).  It enters every cache key.
+VERSION = 1
+
 
 @dataclass
 class FitResult:

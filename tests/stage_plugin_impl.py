@@ -15,7 +15,7 @@ class HeadTune(Method):
 
     def stages(self) -> list[Stage]:
         return [Stage("head", self._loss, lr=float(self.cfg.lr), params=lambda m: m.head.parameters(),
-                      config={"noise": float(self.cfg.noise)}, code=(HeadTune,))]
+                      config={"noise": float(self.cfg.noise)})]
 
     def _loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:
         x = batch.x

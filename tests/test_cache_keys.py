@@ -1,28 +1,9 @@
-"""Cache keys follow the code that trains: a method package's model code counts, its figures do not."""
+"""Cache keys name the explicit behaviour versions of the code that trains (bench/versions.py), never its
+source: a version bump retrains what it covers, a source edit without one retrains nothing."""
 
-import importlib
-import sys
+import json
 
-from bench.run import code_version, stable_hash
-
-
-def test_package_code_version_tracks_training_code_only(tmp_path, monkeypatch):
-    pkg = tmp_path / "methods" / "fakepkg"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "model.py").write_text("def train():\n    return 1\n")
-    (pkg / "figures.py").write_text("def draw():\n    return 'v1'\n")
-    monkeypatch.syspath_prepend(str(tmp_path / "methods"))
-    module = importlib.import_module("fakepkg.model")
-    try:
-        before = code_version(module)
-        (pkg / "figures.py").write_text("def draw():\n    return 'v2'\n")
-        assert code_version(module) == before, "editing a figure must not invalidate trained stages"
-        (pkg / "model.py").write_text("def train():\n    return 2\n")
-        assert code_version(module) != before, "editing training code must retrain"
-    finally:
-        for name in [n for n in sys.modules if n.startswith("fakepkg")]:
-            del sys.modules[name]
+from bench.run import stable_hash
 
 
 def test_stable_hash_ignores_key_order():
@@ -93,14 +74,53 @@ def test_evaluation_only_keys_retrain_nothing(method, tmp_path):
 
 
 @pytest.mark.parametrize("method", _methods())
-def test_a_skeleton_change_retrains_every_stage_downstream(method, tmp_path, monkeypatch):
-    import bench.run
+@pytest.mark.parametrize("bump", ["skeleton", "trainer", "task"])
+def test_a_core_or_task_version_bump_retrains_every_stage_downstream(method, bump, tmp_path, monkeypatch):
+    import bench.models
+    import bench.train
+    from bench import registry, runner
+    from tests.helpers import compose_tiny
 
     before = _keys(method, tmp_path)
-    monkeypatch.setattr(bench.run, "skeleton_version", lambda: "edited-skeleton")
+    if bump == "task":
+        task, variant = _first_case(method)
+        _, task_impl, _ = runner.build(compose_tiny(method, task, tmp_path, *variant), method, task)
+        monkeypatch.setattr(type(task_impl), "version", type(task_impl).version + 1)
+    else:
+        module = bench.models if bump == "skeleton" else bench.train
+        monkeypatch.setattr(module, "VERSION", module.VERSION + 1)
     after = _keys(method, tmp_path)
-    assert len(after) == len(before)
-    assert all(a != b for a, b in zip(before, after)), f"{method}: a stage kept its key after a skeleton edit"
+    assert len(after) == len(before) and registry.method_spec(method)
+    assert all(a != b for a, b in zip(before, after)), f"{method}: a stage kept its key after a {bump} bump"
+
+
+@pytest.mark.parametrize("method", _methods())
+def test_a_method_version_bump_retrains_its_stages_but_not_the_base(method, tmp_path, monkeypatch):
+    from bench import runner
+    from tests.helpers import compose_tiny
+
+    task, variant = _first_case(method)
+    before = _keys(method, tmp_path)
+    _, _, impl = runner.build(compose_tiny(method, task, tmp_path, *variant), method, task)
+    monkeypatch.setattr(type(impl), "version", type(impl).version + 1)
+    after = _keys(method, tmp_path)
+    assert after[0] == before[0], f"{method}: a method bump must not retrain its parent (the base or scratch key)"
+    assert all(a != b for a, b in zip(before[1:], after[1:])), f"{method}: a stage kept its key after a bump"
+
+
+def test_keys_hold_versions_not_source_hashes(tmp_path):
+    """A key names the versions; nothing in it depends on the text of a source file."""
+    import bench.models
+    import bench.train
+    from methods.acm.method import ACMMethod
+
+    keys = _keys("acm", tmp_path)
+    task, _ = _first_case("acm")
+    assert keys[0]["versions"] == {"skeleton": bench.models.VERSION, "trainer": bench.train.VERSION,
+                                   f"task:{task}": 1}
+    assert len(keys) > 1 and [k["version"] for k in keys[1:]] == [ACMMethod.version] * (len(keys) - 1)
+    assert not any(len(v) == 12 and all(c in "0123456789abcdef" for c in v)  # no hex source digest anywhere
+                   for v in json.dumps(keys, default=str).replace('"', " ").split())
 
 
 @pytest.mark.parametrize("task", ["imagenet", "iwslt", "parity"])

@@ -122,19 +122,18 @@ class ACMMethod(Method):
         """distill / gates / e2e at the paper's 2/1/97 split of the method budget; stages 1-2 get at least
         ``min_distill_steps`` / ``min_gate_steps``, capped at 20% / 5% of the budget (module docstring)."""
         c, budget = self.cfg, self.task.method_budget()
-        code = (M, ACMMethod)
         beta = float(c.beta_target)
         return [
             Stage("distill", self._distill_loss, lr=float(c.lr_distill), share=SPLIT[0],
                   min_steps=min(int(c.min_distill_steps), budget // 5), params=self._learner_params,
-                  config={"arch": plain(vars(self.settings())), "mode": str(c.distill_mode)}, code=code),
+                  config={"arch": plain(vars(self.settings())), "mode": str(c.distill_mode)}),
             Stage("gates", self._gate_loss, lr=float(c.lr_gate), share=SPLIT[1],
                   min_steps=min(int(c.min_gate_steps), budget // 20), params=self._gate_params,
-                  config={"tau": float(c.gate_tau)}, code=code),
+                  config={"tau": float(c.gate_tau)}),
             Stage(f"e2e-b{beta:g}", self._e2e_loss, lr=float(c.lr_e2e), share=SPLIT[2],
                   config={"beta": beta, "alphas": [float(c.alpha_b), float(c.alpha_e), float(c.alpha_d)],
                           "temperature": float(c.temperature), "gate_grad": str(c.gate_grad)},
-                  code=code, finish=self._finish),
+                  finish=self._finish),
         ]
 
     def _learner_params(self, model: nn.Module) -> list[nn.Parameter]:

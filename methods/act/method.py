@@ -44,7 +44,7 @@ class ACT(Method):
     def stages(self) -> list[Stage]:
         tau = float(self.cfg.tau)
         return [Stage(f"tau{tau:g}", self._loss, lr=float(self.task.base_budget()["lr"]), config=plain(self.cfg),
-                      code=(act_model, ACT, act_model.RNNCell), policy=base_policy(self.task), finish=self._finish)]
+                      policy=base_policy(self.task), finish=self._finish)]
 
     def _loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:
         logits = model(batch.x)

@@ -102,7 +102,7 @@ class AdaTape(Method):
         lr = float(c.lr) or float(self.task.base_budget()["lr"])
         config = {k: v for k, v in plain(c).items() if k != "eval_caps"}
         return [Stage(f"{c.bank}-T{c.max_tape}-tau{float(c.tau):g}", self._loss, lr=lr, config=config,
-                      code=(M, atr_module, AdaTape), policy=base_policy(self.task), finish=self._finish)]
+                      policy=base_policy(self.task), finish=self._finish)]
 
     def _loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:
         logits = model(batch.x)

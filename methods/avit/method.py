@@ -78,7 +78,7 @@ class AViT(Method):
         c = self.cfg
         pw = float(c.ponder_weight)
         config = {k: v for k, v in plain(c).items() if k != "eval_epsilons"}
-        return [Stage(f"pw{pw:g}", self._loss, lr=float(c.lr), config=config, code=(M, AViT),
+        return [Stage(f"pw{pw:g}", self._loss, lr=float(c.lr), config=config,
                       policy=Policy(warmup=0.05), prepare=self._calibrate, finish=self._finish)]
 
     def _calibrate(self, model: nn.Module, ctx: PrepareContext) -> None:

@@ -61,7 +61,7 @@ class CCT(Method):
         lr = float(c.lr) or float(self.task.base_budget()["lr"])
         config = {k: v for k, v in plain(c).items() if k != "pairs"}
         name = "cct-seq2seq" if self._seq2seq() else "cct"
-        return [Stage(name, self._loss, lr=lr, config=config, code=(M, S2S, CCT), policy=base_policy(self.task),
+        return [Stage(name, self._loss, lr=lr, config=config, policy=base_policy(self.task),
                       prepare=lambda model, ctx: model.calibrate(ctx.first_batch().x), finish=self._finish)]
 
     def _loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tensor:

@@ -104,10 +104,10 @@ class DAT(Method):
         exit_cfg = {"oracle": str(c.oracle), "lam": float(c.lam), "sigma": float(c.sigma), "alpha": float(c.alpha)}
         return [
             Stage("aligned", self._aligned_stage_loss, lr=float(c.lr), share=aligned_share,
-                  config={"halting": str(c.halting)}, code=(M, DAT), policy=policy, skip=aligned_share == 0.0,
+                  config={"halting": str(c.halting)}, policy=policy, skip=aligned_share == 0.0,
                   finish=self.task.configure),
             Stage(f"exit-{c.halting}-{c.oracle}-l{c.lam:g}-s{c.sigma:g}-a{c.alpha:g}", self._exit_stage_loss,
-                  lr=float(c.lr), share=1.0 - aligned_share, config=exit_cfg, code=(M, DAT), policy=policy,
+                  lr=float(c.lr), share=1.0 - aligned_share, config=exit_cfg, policy=policy,
                   skip=confidence or aligned_share == 1.0, finish=self.task.configure),
         ]
 

@@ -80,9 +80,9 @@ class EarlyExit(Method):
                      "head_fraction": float(c.head_fraction), "head": str(c.head), "backbone": str(c.backbone)}
         return [
             Stage("heads", self._heads_loss, lr=float(c.lr), share=1.0 - ens_share, params=self._heads_params,
-                  config=heads_cfg, code=(M, EarlyExit)),
+                  config=heads_cfg),
             Stage("ensembles", self._ensemble_loss, lr=float(c.lr_ensemble), share=ens_share,
-                  params=lambda m: list(m.ensembles.parameters()), code=(M, EarlyExit),
+                  params=lambda m: list(m.ensembles.parameters()),
                   prepare=self._use_ensembles, skip=not c.ensemble, finish=self._finish),
         ]
 

@@ -115,13 +115,13 @@ class Moefication(Method):
         relu_share = float(c.relu_fraction)
         return [
             Stage("relu", task_loss(self.task), lr=float(c.relu_lr), share=relu_share,
-                  config={"activation": "relu"}, code=(Moefication,), policy=short_stage_policy(self.task),
+                  config={"activation": "relu"}, policy=short_stage_policy(self.task),
                   skip=relu_share == 0.0),
             Stage(f"router-E{int(c.experts)}", lambda m, batch, ctx: router_loss(m, batch), lr=float(c.router_lr),
                   share=1.0 - relu_share,
                   config={"experts": int(c.experts), "router_hidden": int(c.router_hidden),
                           "kmeans_iters": int(c.kmeans_iters)},
-                  code=(Moefication, layers, clustering), params=self._router_params,
+                  params=self._router_params,
                   prepare=self._make_experts, finish=self._to_real_path, skip=relu_share == 1.0),
         ]
 

@@ -36,6 +36,10 @@ from bench.errors import UserError
 from tasks.commonvoice import features as F
 from tasks.commonvoice import text as T
 
+# Behaviour version of corpus making (this module, features.py and text.py): part of every cached corpus's
+# key; bump it when a change can alter a synthesised or read corpus.
+CORPUS_VERSION = 1
+
 TRANS_DE_EN = "/usr/share/trans/de-en"
 POCKETSPHINX = "/usr/share/pocketsphinx/test/data"
 ESPEAK = "espeak-ng"

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,12 +108,9 @@ class CommonVoiceTask(Task):
 
     # --- corpora ----------------------------------------------------------------------------------
     def _data_code(self) -> str:
-        """Hash of the modules that make a corpus (data, features, text): editing the model or the task
-        retrains but does not re-synthesise."""
-        digest = hashlib.sha256()
-        for module in (D, F, T):
-            digest.update(Path(module.__file__).read_bytes())
-        return digest.hexdigest()[:12]
+        """The corpus version (data, features and text code; ``data.CORPUS_VERSION``): a change of the model
+        or the task retrains but does not re-synthesise."""
+        return f"v{D.CORPUS_VERSION}"
 
     @functools.cached_property
     def _sentences(self) -> list[str]:
@@ -133,7 +129,7 @@ class CommonVoiceTask(Task):
         key = {"source": "espeak", "sentences": sentences, "seed": seed, "clip": self.clip_samples,
                "n_mels": int(c.n_mels), "width": int(c.max_chars), "code": self._data_code()}
         if self.pretrained:
-            key = {**key, "n_mels": None, "input": "wave", "wave_code": P.code_hash()}
+            key = {**key, "n_mels": None, "input": "wave", "wave_code": f"v{P.VERSION}"}
             corpus = D.cached(Path(self.run.cache_dir), f"{name}-wave", key, lambda: P.espeak_waves(
                 sentences, seed=seed, clip_samples=self.clip_samples, label_width=int(c.max_chars)))
         else:
@@ -166,7 +162,7 @@ class CommonVoiceTask(Task):
         key = {"items": [(str(p), s, D.file_digest(p)) for p, s in items], "clip": clip_samples,
                "n_mels": int(c.n_mels), "width": width, "code": self._data_code()}
         if self.pretrained:
-            key = {**key, "n_mels": None, "input": "wave", "wave_code": P.code_hash()}
+            key = {**key, "n_mels": None, "input": "wave", "wave_code": f"v{P.VERSION}"}
             corpus = D.cached(Path(self.run.cache_dir), f"{name}-wave", key, lambda: P.recording_waves(
                 items, clip_samples=clip_samples, label_width=width, reader=reader))
         else:
@@ -362,7 +358,7 @@ class CommonVoiceTask(Task):
             config.pop("pretrained", None)  # the default model's key is what it was before the option existed
         else:
             config["pretrained_weights"] = self._checkpoint.digest
-            config["pretrained_code"] = P.code_hash()
+            config["pretrained_code"] = f"v{P.VERSION}"
         return config
 
     def base_budget(self) -> dict[str, Any]:

@@ -269,6 +269,10 @@ def text_stream(ds: Any, cols: Columns, chunk: int = 10_000) -> Iterator[str]:
 
 
 # --- BPE --------------------------------------------------------------------------------------------
+# Behaviour version of the BPE tokenizer training below: part of the cached tokenizer's key.
+BPE_VERSION = 1
+
+
 def train_bpe(texts: list[str], vocab: int, path: Path):
     """Train (or load the cached) joint BPE on ``texts``; ids 0..3 are the special tokens."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers

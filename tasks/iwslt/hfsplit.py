@@ -33,6 +33,10 @@ Encode = Callable[[list[str]], list[list[int]]]
 MAP_BATCH = 1000  # rows tokenised per map() call
 
 
+# Behaviour version of TokenizedTrain (filtering and token storage): part of the cached tokenized split's key.
+TOKENIZED_VERSION = 1
+
+
 class TokenizedTrain:
     """The training split's ids in a memory-mapped Arrow table; only lengths in memory."""
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-import inspect
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -46,13 +45,6 @@ from bench.errors import UserError
 from tasks.iwslt import data as D
 from tasks.iwslt import hfsplit as H
 from tasks.iwslt import pretrained as P
-
-
-def _source_hash(*modules: Any) -> str:
-    digest = hashlib.sha256()
-    for module in modules:
-        digest.update(inspect.getsource(module).encode())
-    return digest.hexdigest()[:12]
 
 
 class TranslationTask(Task):
@@ -149,12 +141,10 @@ class TranslationTask(Task):
             src, tgt = cols.texts(ds.select_columns(cols.names)[:3])
             n, first, texts = len(ds), src + tgt, D.text_stream(ds, cols)
         key = {"where": self._where, "n": n, "first": first, "vocab": int(self.cfg.vocab),
-               "code": _source_hash(D.train_bpe)}
+               "code": f"v{D.BPE_VERSION}"}
         if len(self._phrases):  # n alone cannot tell N sentences + phrases from N + M sentences (train_samples)
             key["phrases"] = [len(self._phrases), self._phrases.src[:3], self._phrases.tgt[:3]]
         path = self.run.stage_path("tokenizer", f"bpe{int(self.cfg.vocab)}", key).with_suffix(".json")
-        # train_bpe's source is hashed into this key: it is left as it was, annotation included, although
-        # tokenizers' train_from_iterator takes any iterator of strings (the text_stream generator).
         return D.train_bpe(texts, int(self.cfg.vocab), path)
 
     def _ids(self, texts: list[str]) -> list[list[int]]:
@@ -168,7 +158,7 @@ class TranslationTask(Task):
 
     def _tokenizer_digest(self) -> str:
         if self.checkpoint is not None:
-            return f"{self.checkpoint.digest}-{P.code_hash()}"
+            return f"{self.checkpoint.digest}-v{P.VERSION}"
         return hashlib.sha256(self.tokenizer.to_str().encode()).hexdigest()[:16]
 
     @functools.cached_property
@@ -180,7 +170,7 @@ class TranslationTask(Task):
         src, tgt = cols.texts(ds.select_columns(cols.names)[:3])
         key = {"where": self._where, "split": str(self.cfg.train_split), "n": len(ds), "first": src + tgt,
                "columns": [cols.src, cols.tgt, cols.translation], "tokenizer": self._tokenizer_digest(),
-               "code": _source_hash(H.TokenizedTrain)}
+               "code": f"v{H.TOKENIZED_VERSION}"}
         path: Path = self.run.stage_path("tokenized", str(self.cfg.train_split), key).with_suffix(".arrow")
         rows = H.TokenizedTrain(ds, cols, encode_src=self._src_ids, encode_tgt=self._tgt_ids, path=path,
                                 key=path.stem, max_len=self.positions - 2)
@@ -353,19 +343,13 @@ class TranslationTask(Task):
         model.len_penalty = float(c.len_penalty)
 
     def base_config(self) -> dict[str, Any]:
-        # The encoder–decoder's training code is part of the base model's key (the harness hashes only the
-        # encoder skeleton); its decoding code (search, cost ledger) cannot change trained weights.
-        S_ED = S.EncoderDecoder
-        training = (S.Seq2SeqConfig, S.TokenEmbed, S._split, S._merge, S.attend, S.SelfAttention, S.CrossAttention,
-                    S.DecoderBlock, S.Decoder, S_ED.__init__, S_ED.unpack, S_ED.encode, S_ED.decoder_states,
-                    S_ED.forward)
-        config = {**super().base_config(), "seq2seq_code": _source_hash(*training)}
+        config = super().base_config()  # the encoder–decoder's version is the skeleton's (bench.models.VERSION)
         # Options added later leave the key of a model that does not use them as it was.
         for option in ("pretrained", "dec_d_model", "ding_phrases"):
             if not config.get(option):
                 config.pop(option, None)
         if self.checkpoint is not None:
-            config.update(pretrained_weights=self.checkpoint.digest, pretrained_code=P.code_hash())
+            config.update(pretrained_weights=self.checkpoint.digest, pretrained_code=f"v{P.VERSION}")
         return config
 
     def base_budget(self) -> dict[str, Any]:
