@@ -25,8 +25,9 @@ share of the budget, optimiser policy); the core runs them here:
   no warm-up (:data:`DEFAULT_POLICY`); a stage that needs anything else declares its own :class:`Policy`.
 * **Cache keys** are chained: a stage's key hashes its parent artifact's key (the base model's, or the
   previous stage's), its declared config, its step count and optimiser policy, its data offset and the
-  source of the code that trains it.  Evaluation-only keys never enter a key, so changing one retrains
-  nothing; a change to the skeleton's code changes the base model's key and so every key downstream.
+  method's behaviour version (bench/versions.py).  Evaluation-only keys never enter a key, so changing one
+  retrains nothing; a skeleton, trainer or task version bump changes the base model's key and so every key
+  downstream.
 """
 
 from __future__ import annotations
@@ -225,6 +226,35 @@ def plan(method: "Method") -> Plan:
         planned.append(PlannedStage(stage, steps, offset, key))
         offset += steps
     return Plan(starts_from, parent, budget, batch_size, tuple(planned))
+
+
+def stage_state(run: "RunContext", owner: str, name: str, key: Any) -> str:
+    """"cached", "shipped" (installed from artifacts/ when needed) or "to train"."""
+    from bench import artifacts
+
+    if run.is_cached(owner, name, key):
+        return "cached"
+    if run.shipped and artifacts.find(run.stage_path(owner, name, key)) is not None:
+        return "shipped"
+    return "to train"
+
+
+def describe_plan(method: "Method", the_plan: Plan) -> tuple[str, int]:
+    """One line naming what the run loads and trains (the base and each stage: cached, shipped or its steps),
+    and the number of optimizer steps still to train."""
+    run, task = method.run, method.task
+    parts, steps_left = [], 0
+    if the_plan.starts_from == "base":
+        state = stage_state(run, "dense", "w1.0-d1.0", the_plan.parent_key)
+        base_steps = int(task.base_budget()["steps"])
+        parts.append(f"dense base {base_steps} steps ({state})")
+        steps_left += base_steps if state == "to train" else 0
+    for planned in the_plan.stages:
+        if planned.steps:
+            state = stage_state(run, run.method, planned.stage.name, planned.key)
+            parts.append(f"{planned.stage.name} {planned.steps} steps ({state})")
+            steps_left += planned.steps if state == "to train" else 0
+    return ", then ".join(parts) or "nothing to train", steps_left
 
 
 def train(method: "Method") -> nn.Module:

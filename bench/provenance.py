@@ -16,7 +16,7 @@ PACKAGES = ["torch", "numpy", "pandas", "hydra-core", "omegaconf", "datasets", "
 ROOT = Path(__file__).resolve().parent.parent
 # Tracked files that runs and reports write, not code: a change to them leaves the tree clean (the rows, the
 # reports, and the campaign's log of its commands' wall times, which it appends to before each command).
-NOT_CODE = ("results", "reports", "scripts/campaign_times.tsv")
+NOT_CODE = ("results", "reports", "artifacts", "scripts/campaign_times.tsv")
 
 
 def _git_output(*args: str, cwd: Path = ROOT) -> str | None:

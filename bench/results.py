@@ -37,7 +37,7 @@ FILE_MODE = 0o644  # mkstemp creates 0600; result files are meant to be read by 
 # was listed here keep the hash they were written with (their row id); :func:`identity_hash` recomputes
 # every row's identity from its stored ``<row_id>.config.yaml`` with the current list, so an old row and
 # a new row of the same point have the same identity although their stored hashes differ.
-NON_RESULT_KEYS = frozenset({"results_dir", "cache_dir", "force", "plugins", "timing_min_run_s", "timing_rounds",
+NON_RESULT_KEYS = frozenset({"results_dir", "cache_dir", "force", "shipped", "plugins", "timing_min_run_s", "timing_rounds",
                              "allow_cost_mismatch", "num_workers", "pin_memory", "log_every", "save_every_s"})
 # Text columns that pandas would otherwise parse as numbers (a hex hash such as "852181e88326" is a float).
 TEXT_COLUMNS = ("config_hash", "run_id", "git_sha", "knob_value", "variant", "code_version")

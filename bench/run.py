@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch
 from torch import nn
 
-from bench import distributed, train, versions
+from bench import artifacts, distributed, train, versions
 from bench.api import Batch, Task, plain  # noqa: F401  (plain: re-exported for methods)
 
 if TYPE_CHECKING:
@@ -50,6 +50,7 @@ class RunContext:
         self.seed = int(cfg.seed)
         self.device = distributed.setup(str(cfg.device))  # joins the process group under torchrun / SLURM
         self.cache_dir = Path(cfg.cache_dir)
+        self.shipped = bool(getattr(cfg, "shipped", True))  # install finished stages from artifacts/
         # How stages train at scale (issue 16; run-level keys, defaults for configs that predate them).
         self.precision = str(getattr(cfg, "precision", "fp32"))
         self.accumulate = int(getattr(cfg, "accumulate", 1))
@@ -100,6 +101,10 @@ class RunContext:
         at a barrier)."""
         ckpt = self.stage_path(owner, name, key)
         with stage_lock(ckpt) if distributed.is_main() else contextlib.nullcontext():
+            if distributed.is_main() and self.shipped and not train.is_done(ckpt):
+                shipped = artifacts.find(ckpt)
+                if shipped is not None:
+                    artifacts.install(shipped, ckpt)
             distributed.barrier()
             torch.manual_seed(self.seed)
             model.to(self.device)

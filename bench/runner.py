@@ -178,6 +178,39 @@ def check_costs(method: Method, model: torch.nn.Module, task: Task, values: list
     return checks
 
 
+def base_step_s(task: Task, batch_size: int, device: str, steps: int = 5) -> float:
+    """Seconds per optimizer step of the task's dense base model on this machine (median of ``steps`` after
+    two warm-up steps; the global random state is left as it was)."""
+    with torch.random.fork_rng(devices=[]):
+        model = task.build_backbone().to(device).train()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+        batch = task.train_batch(0, batch_size).to(device)
+        times = []
+        for _ in range(steps + 2):
+            start = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            task.loss(model(batch.x), batch).backward()
+            optimizer.step()
+            times.append(time.perf_counter() - start)
+    return float(sorted(times[2:])[len(times[2:]) // 2])
+
+
+def plan_line(method: Method, task: Task, cfg: Any) -> str:
+    """The run's plan in one line: what is cached, shipped or trained, and the training time estimated from
+    the base model's step time measured now."""
+    from bench import protocol
+
+    the_plan = protocol.plan(method)
+    text, steps = protocol.describe_plan(method, the_plan)
+    if steps:
+        per_step = base_step_s(task, the_plan.batch_size, method.run.device)
+        total = steps * per_step
+        when = f"{total:.0f} s" if total < 90 else f"{total / 60:.0f} min"
+        text += (f"; about {when} of training here ({per_step * 1e3:.0f} ms per base-model step at "
+                 f"threads={cfg.threads}; a method's steps may cost more)")
+    return f"plan: {text}; then evaluation{' and timing' if cfg.timing else ''}"
+
+
 def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     """Run one configuration; returns the paths of the rows written."""
     paths.check_run_outputs(cfg)  # before any work: an unwritable results_dir fails now, not after training
@@ -194,6 +227,7 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     sha, dirty = provenance.git_sha(), provenance.git_dirty()
     t0 = time.perf_counter()
     device, precision = run_ctx.device, str(cfg.precision)
+    log.info("%s", plan_line(method, task, cfg))
     model = method.build().to(device).eval()
     # The row's training time: the stages the method's model is made of (a fine-tuned base counts), not the
     # dense base loaded below only as the timing's or counting's reference (a static size's run loads it).

@@ -1,0 +1,99 @@
+"""Shipped trained artefacts: finished stages committed under ``artifacts/`` so a fresh clone starts from them.
+
+A cached stage lives at ``<cache_dir>/<task>/<owner>/<name>-<key>.pt``; its shipped form is
+``artifacts/<task>/<owner>/<name>-<key>.safetensors`` (the weights) beside ``<name>-<key>.json`` (the cache
+key it was trained under and the ``bench run`` overrides that compute that key, its steps, training time and final loss, the command and git commit that made it,
+and the sha256 of the weights file).  When the cache lacks a finished stage whose shipped form exists, the
+stage is installed from it (the sha256 checked first) instead of being trained; ``shipped=false`` trains it.
+Because the name holds the cache key, a version bump or another config names another file, and a shipped
+artefact is never used for a stage it was not trained as.  ``scripts/export_base.py`` writes one from a
+trained cache entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.errors import UserError
+
+log = logging.getLogger("bench")
+
+ROOT = Path(__file__).resolve().parents[1] / "artifacts"
+
+
+@dataclass(frozen=True)
+class Shipped:
+    weights: Path
+    meta: dict[str, Any]
+
+    @property
+    def steps(self) -> int:
+        return int(self.meta["steps"])
+
+
+def shipped_path(ckpt: Path, root: Path | None = None) -> Path:
+    """Where the shipped form of the cached stage ``ckpt`` (``.../<task>/<owner>/<name>-<key>.pt``) lives."""
+    ckpt = Path(ckpt)
+    return (root or ROOT) / ckpt.parent.parent.name / ckpt.parent.name / f"{ckpt.stem}.safetensors"
+
+
+def find(ckpt: Path, root: Path | None = None) -> Shipped | None:
+    """The shipped artefact of the cached stage ``ckpt``, or None."""
+    weights = shipped_path(ckpt, root)
+    meta = weights.with_suffix(".json")
+    if not (weights.exists() and meta.exists()):
+        return None
+    return Shipped(weights, json.loads(meta.read_text()))
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def install(shipped: Shipped, ckpt: Path) -> None:
+    """Write the finished-stage checkpoint ``ckpt`` from a shipped artefact (its sha256 checked first)."""
+    from safetensors.torch import load_file
+
+    from bench.checkpoints import atomic_save
+
+    actual = sha256(shipped.weights)
+    if actual != shipped.meta["sha256"]:
+        raise UserError(f"shipped artefact {shipped.weights} does not match its sha256 in "
+                        f"{shipped.weights.with_suffix('.json').name} ({actual[:12]} vs {shipped.meta['sha256'][:12]}); "
+                        "restore it (git checkout -- artifacts) or run with shipped=false to train the stage")
+    state = {"model": load_file(str(shipped.weights)), "steps": shipped.steps,
+             "time_s": float(shipped.meta["time_s"]), "final_loss": float(shipped.meta["final_loss"])}
+    atomic_save(state, ckpt)
+    log.info("installed %s from the shipped artefact %s (trained %d steps by: %s)", Path(ckpt).name,
+             shipped.weights.relative_to(shipped.weights.parents[2]), shipped.steps, shipped.meta["command"])
+
+
+def export(ckpt: Path, key: Any, *, overrides: list[str], command: str, git_sha: str, machine: str,
+           root: Path | None = None, source: Path | None = None) -> Path:
+    """Write the shipped form of the finished stage ``ckpt`` (read from ``source`` if given) under ``root``."""
+    import torch
+    from safetensors.torch import save_file
+
+    state = torch.load(source or ckpt, map_location="cpu", weights_only=False)
+    if not isinstance(state, dict) or "model" not in state or "steps" not in state:
+        raise UserError(f"{source or ckpt} is not a finished stage checkpoint (no model or steps); train it first")
+    weights = shipped_path(ckpt, root)
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    tmp = weights.with_name(f".{weights.name}.{os.getpid()}.tmp")
+    save_file({k: v.contiguous() for k, v in state["model"].items()}, str(tmp))
+    os.replace(tmp, weights)
+    meta = {"key": key, "overrides": list(overrides), "steps": int(state["steps"]), "time_s": round(float(state["time_s"]), 1),
+            "final_loss": float(state["final_loss"]), "command": command, "git_sha": git_sha,
+            "trained_on": machine, "sha256": sha256(weights)}
+    weights.with_suffix(".json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
+    return weights

@@ -1,0 +1,117 @@
+"""Shipped trained bases (bench/artifacts.py, scripts/export_base.py): a fresh cache starts from them, a
+corrupted one is refused in one line, ``shipped=false`` trains, and every committed artefact still names the
+key a run computes today."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import artifacts, config, runner
+from bench.errors import UserError
+from bench.run import stable_hash
+from tests.helpers import load_script, tiny_overrides
+
+EXPORT = load_script("export_base")
+
+
+def _args(tmp_path: Path, cache: str, *extra: str) -> list[str]:
+    """The tiny parity config's overrides with its cache in ``tmp_path/cache`` (method=dense left out)."""
+    tiny = [o for o in tiny_overrides("dense", "parity", tmp_path, *extra) if not o.startswith(("method=", "cache_dir="))]
+    return [*tiny, f"cache_dir={tmp_path / cache}"]
+
+
+def _base(tmp_path: Path, cache: str, *extra: str):
+    cfg = config.compose(["method=dense", *_args(tmp_path, cache, *extra)])
+    run, task, _ = runner.build(cfg, "dense", "parity")
+    return run, task
+
+
+def _no_training(monkeypatch):
+    import bench.train
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the stage trained although a shipped artefact exists")
+
+    monkeypatch.setattr(bench.train, "step_loader", refuse)
+
+
+@pytest.fixture
+def shipped(tmp_path, monkeypatch):
+    """A tiny parity base trained in cache ``a`` and exported to ``tmp_path/artifacts``."""
+    run, task = _base(tmp_path, "a")
+    trained = run.base_model(task).state_dict()
+    root = tmp_path / "artifacts"
+    path = EXPORT.export(_args(tmp_path, "a"), source=None, command="", git_sha="abc1234",
+                         root=root)
+    monkeypatch.setattr(artifacts, "ROOT", root)
+    return path, trained
+
+
+def test_a_fresh_cache_installs_the_shipped_base_instead_of_training(tmp_path, shipped, monkeypatch):
+    path, trained = shipped
+    meta = json.loads(path.with_suffix(".json").read_text())
+    assert meta["sha256"] == artifacts.sha256(path) and meta["git_sha"] == "abc1234" and meta["steps"] == 15
+    _no_training(monkeypatch)
+    run, task = _base(tmp_path, "b")
+    model = run.base_model(task)
+    assert all((model.state_dict()[k] == v).all() for k, v in trained.items())
+    assert path.stem in {p.stem for p in (tmp_path / "b" / "parity" / "dense").glob("*.pt")}
+
+
+def test_shipped_false_trains(tmp_path, shipped, monkeypatch):
+    _no_training(monkeypatch)
+    run, task = _base(tmp_path, "c", "shipped=false")
+    with pytest.raises(AssertionError, match="trained although"):
+        run.base_model(task)
+
+
+def test_a_corrupted_artefact_is_refused_in_one_line(tmp_path, shipped):
+    path, _ = shipped
+    path.write_bytes(path.read_bytes()[:-4] + b"\0\0\0\0")
+    run, task = _base(tmp_path, "d")
+    with pytest.raises(UserError, match="does not match its sha256") as err:
+        run.base_model(task)
+    assert "\n" not in str(err.value) and "shipped=false" in str(err.value)
+    assert not list((tmp_path / "d").rglob("*.pt")), "nothing half-written in the cache"
+
+
+def test_export_without_a_trained_base_says_what_to_do(tmp_path, capsys):
+    assert EXPORT.main(["task=parity", "parity.train_steps=3", f"cache_dir={tmp_path}", "--root", str(tmp_path)]) == 2
+    assert "no trained base at" in capsys.readouterr().err
+
+
+SHIPPED = sorted(artifacts.ROOT.glob("*/*/*.json"))
+
+
+@pytest.mark.parametrize("meta_path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_every_shipped_artefact_matches_todays_key(meta_path):
+    """A version bump or a changed default re-keys a base: its shipped artefact must then be re-exported."""
+    meta = json.loads(meta_path.read_text())
+    cfg = config.compose(["method=dense", *meta["overrides"]])
+    _, task_name = config.selected(cfg)
+    run, task, _ = runner.build(cfg, "dense", task_name)
+    key = run.base_key(task, float(cfg.dense.width), float(cfg.dense.depth))
+    assert json.loads(json.dumps(key, default=str)) == meta["key"], (
+        f"{meta_path.name} was trained under another key; re-train and re-export it (scripts/export_base.py)")
+    assert meta_path.stem.endswith(stable_hash(key))
+    assert artifacts.sha256(meta_path.with_suffix(".safetensors")) == meta["sha256"]
+
+
+def test_the_plan_line_names_shipped_cached_and_untrained_stages(tmp_path, shipped):
+    from bench import protocol
+
+    def plan_of(cache: str, *extra: str) -> str:
+        cfg = config.compose(["method=acm", *[a for a in _args(tmp_path, cache, *extra) if a != "method=dense"],
+                              "acm.min_distill_steps=2", "acm.min_gate_steps=2"])
+        _, task, method = runner.build(cfg, "acm", "parity")
+        text, steps = protocol.describe_plan(method, protocol.plan(method))
+        return text, steps, runner.plan_line(method, task, cfg)
+
+    text, steps, line = plan_of("e")
+    assert text.startswith("dense base 15 steps (shipped), then distill") and "(to train)" in text
+    assert line.startswith("plan: dense base") and "ms per base-model step" in line and steps > 0
+    text, steps, _ = plan_of("f", "shipped=false")
+    assert text.startswith("dense base 15 steps (to train)") and steps > 15
+    text, _, _ = plan_of("a")  # the cache the base was trained in
+    assert text.startswith("dense base 15 steps (cached)")
