@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bench import registry
+from bench import registry, signals
 from bench.config import ConfigError
 from bench.errors import UserError
 
@@ -50,12 +50,16 @@ HYDRA_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-dir", "-cd
 
 
 def fail(message: str) -> int:
-    print(f"bench: error: {message}", file=sys.stderr)
+    """One ``bench: error:`` line (rank 0 alone under torchrun; every rank exits 2)."""
+    signals.ignore_sigterm()  # torchrun stops the other ranks once one exits: this one exits with its own code
+    if _rank() == 0:
+        print(f"bench: error: {message}", file=sys.stderr)
     return 2
 
 
 def interrupted(err: KeyboardInterrupt) -> int:
-    """Ctrl-C: one line (the step reached and the checkpoint saved, if it came during training), exit 130.
+    """Ctrl-C (exit 130) or SIGTERM (exit 143): one line on rank 0 (the step reached and the checkpoint
+    saved, if it came during training).
 
     A stage interrupted during training raises ``bench.checkpoints.Interrupted`` after saving its partial
     checkpoint; read by attribute so that this module does not import torch.
@@ -67,8 +71,11 @@ def interrupted(err: KeyboardInterrupt) -> int:
     else:
         where = ("outside training; no row was half-written and finished stages stay cached; "
                  "run the same command to continue")
-    print(f"bench: error: interrupted (Ctrl-C) {where}", file=sys.stderr)
-    return 130
+    how, code = ("terminated (SIGTERM)", 143) if signals.stop_requested() else ("interrupted (Ctrl-C)", 130)
+    signals.ignore_sigterm()
+    if _rank() == 0:
+        print(f"bench: error: {how} {where}", file=sys.stderr)
+    return code
 
 
 def split_overrides(args: list[str]) -> tuple[list[str], list[str]]:
@@ -333,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     verb, rest = argv[0], argv[1:]
+    signals.handle_sigterm()
     if verb not in VERBS:
         from bench.errors import near_matches
 

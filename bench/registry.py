@@ -115,14 +115,34 @@ class RegistryError(ValueError):
     """An unknown name or a bad plugin; its message is one line for the user."""
 
 
-def register_method(spec: MethodSpec) -> MethodSpec:
-    _METHODS[spec.name] = spec
+def _origin(spec: Any) -> str:
+    """The module that declares a spec (its config class's module)."""
+    return f"{spec.config.__module__}.{spec.config.__qualname__}"
+
+
+def _register(kind: str, table: dict, spec: Any) -> Any:
+    """Add a spec; a second spec under a name another module already registered is refused in one line
+    (a plugin never silently replaces a built-in).  The same module registering again (a reload) is fine."""
+    held = table.get(spec.name)
+    if held is not None and _origin(held) != _origin(spec):
+        raise RegistryError(f"{kind} '{spec.name}' is registered twice (by {held.config.__module__} and by "
+                            f"{spec.config.__module__}); give the plugin's {kind} another name")
+    table[spec.name] = spec
     return spec
+
+
+def register_method(spec: MethodSpec) -> MethodSpec:
+    return _register("method", _METHODS, spec)
 
 
 def register_task(spec: TaskSpec) -> TaskSpec:
-    _TASKS[spec.name] = spec
-    return spec
+    return _register("task", _TASKS, spec)
+
+
+def _registered_by(module_name: str) -> list[str]:
+    """Names of the methods and tasks whose config is defined in ``module_name`` or a module below it."""
+    return [s.name for s in (*_METHODS.values(), *_TASKS.values())
+            if s.config.__module__ == module_name or s.config.__module__.startswith(f"{module_name}.")]
 
 
 def _import_packages(package_name: str) -> None:
@@ -150,6 +170,8 @@ def load_plugin(module_name: str) -> None:
     module_name = module_name.split(":")[0]
     if module_name in _loaded_plugins:
         return
+    load_builtin()  # a plugin's names are checked against the built-ins
+    before = (len(_METHODS), len(_TASKS))
     try:
         importlib.import_module(module_name)
     except ImportError as err:
@@ -157,6 +179,9 @@ def load_plugin(module_name: str) -> None:
             f"plugins: cannot import '{module_name}' ({err}); put its directory on PYTHONPATH "
             "or install its package"
         ) from err
+    if (len(_METHODS), len(_TASKS)) == before and not _registered_by(module_name):
+        raise RegistryError(f"plugins: '{module_name}' registers no method or task; name the module whose import "
+                            "calls bench.registry.register_method or register_task")
     _loaded_plugins.add(module_name)
 
 

@@ -42,7 +42,7 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from bench import distributed, precision as amp
+from bench import distributed, precision as amp, signals
 from bench.api import Batch
 from bench.checkpoints import Interrupted, atomic_save, load_final, load_partial, read
 from bench.data import ShardFn, step_loader
@@ -184,45 +184,52 @@ def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[n
     progress = tqdm(total=steps, initial=start, desc=desc, leave=False, dynamic_ncols=True,
                     disable=os.environ.get("BENCH_QUIET") == "1" or not main)
     try:
-        while step < steps:
-            t0 = time.perf_counter()
-            if before_step is not None:
-                before_step(step)
-            shard = next(loader).to(device, non_blocking=pin_memory)
-            micro = shard.split(accumulate) if accumulate > 1 else [shard]
-            optimizer.zero_grad(set_to_none=True)
-            step_loss = None
-            for i, part in enumerate(micro):
-                last = i == len(micro) - 1
-                with ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext():
-                    if ddp is not None:
-                        object.__setattr__(target, "forwards", 0)
-                    with amp.autocast(precision, device):
-                        loss = loss_fn(target, part)
-                    if len(micro) > 1:
-                        loss = loss * (len(part) / len(shard))  # the mean over the rank's rows
-                    scaler.scale(loss).backward()
-                step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
-            if ddp is not None and target.forwards == 0:  # no forward through DDP: average explicitly
-                distributed.all_reduce_grads(params)
-            if grad_clip:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(params, grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
-            step += 1
-            elapsed += time.perf_counter() - t0
-            pending.append(step_loss.float())
-            progress.update(1)
-            if step % log_every == 0:
-                flush()
-                progress.set_postfix(loss=f"{loss_ema:.4f}")
-            if time.perf_counter() - last_save > save_every_s:
-                save_partial(step)
-                last_save = time.perf_counter()
-            if stop_after is not None and step - start >= stop_after and step < steps:
-                raise KeyboardInterrupt
+        try:
+            while step < steps:
+                t0 = time.perf_counter()
+                if before_step is not None:
+                    before_step(step)
+                shard = next(loader).to(device, non_blocking=pin_memory)
+                micro = shard.split(accumulate) if accumulate > 1 else [shard]
+                optimizer.zero_grad(set_to_none=True)
+                step_loss = None
+                for i, part in enumerate(micro):
+                    last = i == len(micro) - 1
+                    with ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext():
+                        if ddp is not None:
+                            object.__setattr__(target, "forwards", 0)
+                        with amp.autocast(precision, device):
+                            loss = loss_fn(target, part)
+                        if len(micro) > 1:
+                            loss = loss * (len(part) / len(shard))  # the mean over the rank's rows
+                        scaler.scale(loss).backward()
+                    step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
+                if ddp is not None and target.forwards == 0:  # no forward through DDP: average explicitly
+                    distributed.all_reduce_grads(params)
+                if grad_clip:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(params, grad_clip)
+                scaler.step(optimizer)
+                scaler.update()
+                scheduler.step()
+                step += 1
+                elapsed += time.perf_counter() - t0
+                pending.append(step_loss.float())
+                progress.update(1)
+                if step % log_every == 0:
+                    flush()
+                    progress.set_postfix(loss=f"{loss_ema:.4f}")
+                if time.perf_counter() - last_save > save_every_s:
+                    save_partial(step)
+                    last_save = time.perf_counter()
+                if stop_after is not None and step - start >= stop_after and step < steps:
+                    raise KeyboardInterrupt
+        except RuntimeError:
+            if not signals.stop_requested():
+                raise
+            # SIGTERM reached another rank first and a collective of this step failed: the weights are those
+            # after ``step`` steps (this step's update never ran), so the partial checkpoint is exact.
+            raise KeyboardInterrupt from None
     except KeyboardInterrupt:
         save_partial(step)
         progress.close()

@@ -244,16 +244,17 @@ SIGINT_AT = textwrap.dedent('''
     # background job, e.g. the test suite started with '&', passes SIG_IGN on; Python then installs none)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     where, at = os.environ["SIGINT_WHERE"], int(os.environ["SIGINT_AT"])
+    sent = getattr(signal, os.environ.get("SIGNAL", "SIGINT"))
     train_batch, score = ParityTask.train_batch, ParityTask.score
 
     def interrupting_train_batch(self, step, batch_size):
         if where == "train" and step == at:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), sent)
         return train_batch(self, step, batch_size)
 
     def interrupting_score(self, *args):
         if where == "eval":
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), sent)
         return score(self, *args)
 
     ParityTask.train_batch, ParityTask.score = interrupting_train_batch, interrupting_score
@@ -262,17 +263,25 @@ SIGINT_AT = textwrap.dedent('''
 ''')
 
 
-def test_ctrl_c_during_training_one_line_exit_130_then_exact_resume(tmp_path):
+SIGNALS = {"SIGINT": (130, "interrupted (Ctrl-C)"), "SIGTERM": (143, "terminated (SIGTERM)")}
+
+
+@pytest.mark.parametrize("sent", SIGNALS)
+def test_ctrl_c_or_sigterm_during_training_one_line_then_exact_resume(sent, tmp_path):
+    """SIGTERM (kill, timeout, a SLURM time limit) is handled as Ctrl-C: partial checkpoint at the step
+    reached, one line, lock released; exit 143 (Ctrl-C: 130)."""
     script = tmp_path / "sigint.py"
     script.write_text(SIGINT_AT)
     work, straight = tmp_path / "interrupted", tmp_path / "straight"
     work.mkdir(), straight.mkdir()
-    result = _bench(work, script=script, env={"SIGINT_WHERE": "train", "SIGINT_AT": "12"})
-    assert result.returncode == 130, result.stderr
+    result = _bench(work, script=script, env={"SIGINT_WHERE": "train", "SIGINT_AT": "12", "SIGNAL": sent})
+    code, how = SIGNALS[sent]
+    assert result.returncode == code, result.stderr
     line = _one_error_line(result.stderr)
     [partial] = (work / "cache" / "parity" / "dense").glob("*.partial.pt")
-    assert line == (f"bench: error: interrupted (Ctrl-C) at step 12 of 30 of stage dense:w1.0-d1.0; its "
+    assert line == (f"bench: error: {how} at step 12 of 30 of stage dense:w1.0-d1.0; its "
                     f"progress is saved in {partial}; run the same command to resume from that step")
+    assert torch.load(partial, weights_only=False)["step"] == 12
     # only the resumable partial checkpoint: no lock, no temporary file, no row
     assert [p for p in _files(work) if not p.startswith("runs/")] == [str(partial.relative_to(work))]
 
@@ -287,13 +296,15 @@ def test_ctrl_c_during_training_one_line_exit_130_then_exact_resume(tmp_path):
     assert not partial.exists() and not list(work.rglob("*.lock"))
 
 
-def test_ctrl_c_outside_training_one_line_exit_130_no_row(tmp_path):
+@pytest.mark.parametrize("sent", SIGNALS)
+def test_ctrl_c_or_sigterm_outside_training_one_line_no_row(sent, tmp_path):
     script = tmp_path / "sigint.py"
     script.write_text(SIGINT_AT)
-    result = _bench(tmp_path, script=script, env={"SIGINT_WHERE": "eval", "SIGINT_AT": "0"})
-    assert result.returncode == 130, result.stderr
+    result = _bench(tmp_path, script=script, env={"SIGINT_WHERE": "eval", "SIGINT_AT": "0", "SIGNAL": sent})
+    code, how = SIGNALS[sent]
+    assert result.returncode == code, result.stderr
     line = _one_error_line(result.stderr)
-    assert line.startswith("bench: error: interrupted (Ctrl-C) outside training; no row"), line
+    assert line.startswith(f"bench: error: {how} outside training; no row"), line
     assert not (tmp_path / "results").exists()
     cached = _files(tmp_path / "cache")  # the finished stage only: no lock, no temporary file
     assert len(cached) == 1 and cached[0].startswith("parity/dense/") and cached[0].endswith(".pt"), cached

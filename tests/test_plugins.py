@@ -125,3 +125,28 @@ def test_ls_with_plugins_lists_the_plugin(tmp_path):
                          capture_output=True, text=True, timeout=120, env=_env(outside))
     assert out.returncode == 0, out.stderr
     assert "constant" in out.stdout and "constant.label=0" in out.stdout
+
+
+def test_a_plugin_that_registers_nothing_is_refused_in_one_line(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "bench", "run", "plugins=[json]", "method=dense", "task=parity",
+                          f"results_dir={tmp_path / 'results'}", f"cache_dir={tmp_path / 'cache'}"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120, env=_env())
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1] == ("bench: error: plugins: 'json' registers no method or task; name "
+                                                   "the module whose import calls bench.registry.register_method "
+                                                   "or register_task")
+    assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "results").exists()
+
+
+def test_a_plugin_cannot_replace_a_builtin(tmp_path, monkeypatch):
+    from bench import registry
+
+    (tmp_path / "shadow_acm.py").write_text(PLUGIN.replace('name="constant"', 'name="acm"'))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = registry.method_spec("acm")
+    import pytest
+
+    with pytest.raises(registry.RegistryError, match="method 'acm' is registered twice .*give the plugin's method "
+                                                     "another name"):
+        registry.load_plugin("shadow_acm")
+    assert registry.method_spec("acm") is before

@@ -340,3 +340,45 @@ def test_accumulation_beyond_the_batch_is_one_line(tmp_path):
     with pytest.raises(UserError, match=r"accumulate=32 exceeds the 16 training samples"):
         runner.run(cfg, "dense", "imagenet", "test")
     assert not list(tmp_path.rglob("*.csv"))
+
+
+def _torchrun(tmp_path, *overrides: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(_free_port()),
+            "-m", "bench", "run", *tiny_overrides("dense", "imagenet", tmp_path, "imagenet.batch_size=16",
+                                                  "timing=false", *overrides)]
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_QUIET": "1", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="torchrun subprocesses")
+def test_torchrun_bad_input_prints_one_line_and_every_rank_exits_2(tmp_path):
+    done = subprocess.run(_torchrun(tmp_path, "imagenet.batch_size=15"), cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=240)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("bench: error:")]
+    assert lines == ["bench: error: the training batch size 15 does not divide into 2 processes; set the task's "
+                     "batch_size to a multiple of the number of processes"], done.stderr[-2000:]
+    assert "exitcode  : 2 " in done.stderr and "exitcode  : 1 " not in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="torchrun subprocesses")
+def test_sigterm_to_torchrun_saves_one_partial_and_prints_one_line(tmp_path):
+    import signal
+    import time
+
+    proc = subprocess.Popen(_torchrun(tmp_path, "imagenet.train_steps=100000"), cwd=tmp_path, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cache = tmp_path / "cache" / "imagenet" / "dense"
+    deadline = time.monotonic() + 120
+    while not list(cache.glob("*.pt.lock")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    time.sleep(3)  # training steps under way
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    lines = [line for line in stderr.splitlines() if line.startswith("bench: error:")]
+    assert len(lines) == 1 and lines[0].startswith("bench: error: terminated (SIGTERM) at step "), stderr[-3000:]
+    [partial] = cache.glob("*.partial.pt")
+    step = int(lines[0].split(" at step ")[1].split()[0])
+    assert torch.load(partial, weights_only=False)["step"] == step > 0
+    assert not list(cache.glob("*.lock")), "the stage lock was released"
