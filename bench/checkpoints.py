@@ -29,7 +29,7 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
-from bench.errors import UserError
+from bench.errors import UserError, disk_full, is_disk_full
 
 log = logging.getLogger("bench")
 
@@ -45,16 +45,33 @@ class Interrupted(KeyboardInterrupt):
         self.stage, self.step, self.steps, self.checkpoint = stage, step, steps, Path(checkpoint)
 
 
+def _tensor_bytes(obj: Any) -> int:
+    """The bytes of the tensors in a (nested) checkpoint: about what ``torch.save`` writes."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
+
+
 def atomic_save(obj: Any, path: Path) -> None:
-    """``torch.save`` to ``path`` through a temporary file that never outlives a failed or interrupted write."""
+    """``torch.save`` to ``path`` through a temporary file that never outlives a failed or interrupted write.
+
+    A write that finds no space is a :class:`UserError` naming the file and the space needed; whatever was
+    at ``path`` before (the previous checkpoint) is left as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         torch.save(obj, tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
+        needed = _tensor_bytes(obj)
+        if isinstance(err, (OSError, RuntimeError)) and is_disk_full(err, path, needed):
+            raise disk_full(path, needed) from None
         raise
 
 

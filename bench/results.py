@@ -20,7 +20,9 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
+
+from bench.errors import DISK_FULL_ERRNOS, disk_full
 
 SCHEMA_VERSION = 5  # 2: same-process dense timing ratios and the cost check; 3: load average, code version;
 # 4: the training protocol's version; 5: precision, compute dtypes of the counter and the timer, world size
@@ -121,36 +123,60 @@ class ResultRow:
 COLUMNS = [f.name for f in dataclasses.fields(ResultRow)]
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.chmod(tmp, FILE_MODE)
-    try:
-        with os.fdopen(fd, "w", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_frame(path: Path, frame) -> None:
-    """Write a DataFrame as CSV (gzip if the name ends in .gz) atomically."""
+def _staged(path: Path, write: Callable[[str], None]) -> str:
+    """Write ``path``'s content into a temporary file beside it with ``write(tmp)``; returns the temporary
+    file's name (nothing is left behind if the write fails; a full device is a one-line UserError)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     os.chmod(tmp, FILE_MODE)
     try:
-        compression = "gzip" if path.name.endswith(".gz") else None
-        frame.to_csv(tmp, index=False, compression=compression)
-        os.replace(tmp, path)
-    except BaseException:
+        write(tmp)
+    except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
+            raise disk_full(path) from None
         raise
+    return tmp
+
+
+def _text_writer(text: str) -> Callable[[str], None]:
+    def write(tmp: str) -> None:
+        with open(tmp, "w", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+    return write
+
+
+def _frame_writer(path: Path, frame) -> Callable[[str], None]:
+    compression = "gzip" if path.name.endswith(".gz") else None
+    return lambda tmp: frame.to_csv(tmp, index=False, compression=compression)
+
+
+def atomic_write_files(writes: list[tuple[Path, Callable[[str], None]]]) -> None:
+    """Write several files all or none: every content is staged in a temporary file first, then each is
+    renamed into place (a rename needs no space); if any staging fails, no file is touched."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, write in writes:
+            staged.append((_staged(path, write), path))
+    except BaseException:
+        for tmp, _ in staged:
+            os.unlink(tmp)
+        raise
+    for tmp, path in staged:
+        os.replace(tmp, path)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_files([(path, _text_writer(text))])
+
+
+def atomic_write_frame(path: Path, frame) -> None:
+    """Write a DataFrame as CSV (gzip if the name ends in .gz) atomically."""
+    atomic_write_files([(path, _frame_writer(path, frame))])
 
 
 def row_dir(results_dir: Path | str, task: str, method: str) -> Path:
@@ -166,11 +192,14 @@ def append(results_dir: Path | str, row: ResultRow, row_id: str, samples=None, c
     import pandas as pd
 
     path = row_path(results_dir, row, row_id)
+    writes = []
     if config_yaml:
-        atomic_write_text(path.with_name(f"{row_id}.config.yaml"), config_yaml)
+        writes.append((path.with_name(f"{row_id}.config.yaml"), _text_writer(config_yaml)))
     if samples is not None:
-        atomic_write_frame(path.with_name(f"{row_id}.samples.csv.gz"), samples)
-    atomic_write_frame(path, pd.DataFrame([dataclasses.asdict(row)], columns=COLUMNS))
+        samples_path = path.with_name(f"{row_id}.samples.csv.gz")
+        writes.append((samples_path, _frame_writer(samples_path, samples)))
+    writes.append((path, _frame_writer(path, pd.DataFrame([dataclasses.asdict(row)], columns=COLUMNS))))
+    atomic_write_files(writes)  # the row is renamed into place last
     return path
 
 
