@@ -108,3 +108,20 @@ def test_rows_that_differ_in_config_get_their_own_curve(tmp_path):
         assert path.exists()
     (view,) = report.task_views(results.load(tmp_path))
     assert sorted(view.rows["curve"]) == ["cct [pairs=decoder]", "cct [pairs=diagonal]"]
+
+
+def test_the_readme_main_command_joins_the_committed_acm_curve_at_any_thread_count():
+    """threads changes neither the trained model nor its quality: the README's main command (threads=1 by
+    default) has the identity of the committed ACM row made with threads=2."""
+    from pathlib import Path
+
+    from bench import config, results, runner
+
+    root = Path(__file__).resolve().parents[1]
+    hashes = {runner.config_hash(config.compose(["method=acm", "task=imagenet", f"threads={t}"]), "acm", "imagenet")
+              for t in (1, 2, 8)}
+    assert len(hashes) == 1
+    committed = [p for p in sorted((root / "results" / "imagenet" / "acm").glob("*-beta_target0.6-s0.csv"))
+                 if results.stored_identity(p, "acm", "imagenet", "") in hashes]
+    assert committed, "no committed row of the README's main command's point"
+    assert "threads: 2" in committed[0].with_name(committed[0].name[:-4] + ".config.yaml").read_text()
