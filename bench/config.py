@@ -215,7 +215,26 @@ def check_config(cfg: Any, method: str, task: str) -> None:
     method_spec, task_spec = registry.method_spec(method), registry.task_spec(task)
     reason = registry.support_reason(method_spec, task_spec, cfg[task])
     if reason:
-        raise ConfigError(f"method '{method}' does not apply to task '{task}': {reason}")
+        works = _supported_variants(method_spec, task_spec, cfg[task])
+        hint = f"; with {' or '.join(works)} it does (add it to the command)" if works else ""
+        raise ConfigError(f"method '{method}' does not apply to task '{task}': {reason}{hint}")
+
+
+def _supported_variants(method_spec: Any, task_spec: Any, task_cfg: Any) -> list[str]:
+    """The task's declared variants (overrides such as ``parity.variant=sequence``) under which the method
+    applies, for the refusal's hint."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    works = []
+    for variant in task_spec.test_variants:
+        changed = OmegaConf.create(OmegaConf.to_container(task_cfg))
+        for override in variant:
+            key, value = override.split("=", 1)
+            OmegaConf.update(changed, key.split(".", 1)[1], yaml.safe_load(value))
+        if variant and registry.support_reason(method_spec, task_spec, changed) is None:
+            works.append(" ".join(variant))
+    return works
 
 
 def check_sweeps(overrides: Sequence[str], multirun: bool) -> None:

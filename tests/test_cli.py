@@ -26,6 +26,10 @@ def bench(*args: str, cwd: Path = ROOT, env_extra: dict | None = None) -> subpro
     (["run", "method=act", "act.tau=-1"], "act.tau=-1.0 is out of range; expected >= 0.0"),
     (["run", "parity.variant=matrix"], "parity.variant='matrix' is not allowed; choose one of vector, sequence"),
     (["run", "sed=3"], "unknown config key 'sed'; did you mean seed"),
+    (["run", "method=early_exit", "task=parity"], "does not apply to task 'parity': early exit puts classifier heads "
+                                                  "between the blocks of an encoder-only transformer; this task builds "
+                                                  "none (an RNN, or an encoder-decoder: DAT); with "
+                                                  "parity.variant=sequence it does (add it to the command)"),
     (["run", "-m", "method=act", "act.tau=0.1,-2"], "act.tau=-2.0 is out of range"),
     (["run", "method=act", "--bogus"], "unknown option '--bogus'"),
     (["rnu"], "unknown verb 'rnu'; did you mean 'run'?"),
