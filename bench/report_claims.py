@@ -21,6 +21,7 @@ from bench.report import (NA, TaskView, _goodness, hull_draws, knob_label, markd
                           write_page)
 
 HOLDS, FAILS, UNSURE = "holds", "does not hold", "inconclusive"
+UNTESTED = "not tested"  # no row matches a selection: nothing was compared
 SACREBLEU_COLUMN = "sacreBLEU paired bootstrap (p of Δ = 0)"  # a test of no difference, whatever the margin
 RULES = [
     "* A comparison is judged on the bootstrap draws (paired over test examples: the same resampled indices for "
@@ -51,7 +52,8 @@ RULES = [
     "the points a claim's checks compared, counted by the seeds they have rows for.",
     "* A check over several budgets or points holds when all of them hold (quantifier \"all\"; it does not hold "
     "when any does not) or when one of them holds (\"any\"; it does not hold when none does); a claim holds when "
-    "every check holds.",
+    "every check holds. A check whose selection matches no row is **not tested** (nothing was compared), and so "
+    "is a claim with such a check that no other check refutes.",
     "* **Deciding line** (the summary): in each check, among the lines with the check's verdict, the weakest for "
     "quantifier \"all\" and the strongest for \"any\", by the centre of the line's CI against what it needs (so a "
     "check that does not hold with \"any\" shows its line closest to holding), in the first check whose verdict "
@@ -107,7 +109,7 @@ class ClaimResult:
     claim: Claim
     view: TaskView | None
     checks: list[CheckResult] = field(default_factory=list)
-    verdict: str = UNSURE
+    verdict: str = UNTESTED
     reason: str = ""
 
     @property
@@ -211,11 +213,15 @@ def seed_check(result: str, per_seed: dict[int, float], need: float) -> tuple[st
 
 
 def combine(verdicts: list[str], quantifier: str = "all") -> str:
-    if not verdicts:
-        return UNSURE
+    """The verdict of lines (or checks) under a quantifier.  "all": any failure fails, every line must hold,
+    and a line not tested leaves the whole not tested; "any": one line that holds suffices."""
+    if not verdicts or all(v == UNTESTED for v in verdicts):
+        return UNTESTED
     if quantifier == "any":
         return HOLDS if HOLDS in verdicts else FAILS if all(v == FAILS for v in verdicts) else UNSURE
-    return FAILS if FAILS in verdicts else HOLDS if all(v == HOLDS for v in verdicts) else UNSURE
+    if FAILS in verdicts:
+        return FAILS
+    return HOLDS if all(v == HOLDS for v in verdicts) else UNTESTED if UNTESTED in verdicts else UNSURE
 
 
 def ci_text(value: float, lo: float, hi: float, spec: str = ".4f", sign: bool = False) -> str:
@@ -300,7 +306,7 @@ def _reaches(view: TaskView, check: Reaches) -> CheckResult:
     pts = select_points(view, check.select)
     hib = view.higher_is_better
     items = [] if not pts.empty else [Item(f"no points of {check.select.name}", NA, "", math.nan, math.nan,
-                                           math.nan, "", "", UNSURE, "no rows match the selection")]
+                                           math.nan, "", "", UNTESTED, "no rows match the selection")]
     for idx, point in pts.iterrows():
         draws = view.unc.mean_draws(point["keys"])
         lo, hi = stats.interval(draws) if draws is not None else (math.nan, math.nan)
@@ -364,7 +370,7 @@ def beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
         missing = check.a.name if a_pts.empty else check.b.name
         return CheckResult(check.title or f"{check.a.name} vs {check.b.name}", check.quantifier,
                            [Item(f"no points of {missing}", "", "", math.nan, math.nan, math.nan, "", "", UNSURE,
-                                 "no rows")], UNSURE)  # nothing compared
+                                 "no rows")], UNTESTED)  # nothing compared
     a_seeds, b_seeds = _seed_rows(view, a_pts), _seed_rows(view, b_pts)
     # a seed's hull is drawn at its own rows' costs, not the seed means'
     own_frac = dict(zip(view.rows["row_key"], row_fractions(view.rows, view.macs_dense)))
@@ -493,7 +499,7 @@ def _increases(view: TaskView, check: Increases) -> CheckResult:
 
     pts = select_points(view, check.select)
     items = [] if not pts.empty else [Item(f"no points of {check.select.name}", NA, "", math.nan, math.nan,
-                                           math.nan, "ρ > 0", "", UNSURE, "no rows match the selection")]
+                                           math.nan, "ρ > 0", "", UNTESTED, "no rows match the selection")]
     for _, point in pts.iterrows():
         for key, seed in zip(point["keys"], point["seeds"]):
             samples = view.unc.samples.get(key)

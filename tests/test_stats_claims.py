@@ -386,3 +386,27 @@ def test_rows_on_different_test_sets_are_compared_without_a_ci(tmp_path):
     item = report_claims.evaluate(claim, _views(tmp_path), tmp_path).checks[0].items[0]
     assert item.delta == pytest.approx(0.10) and math.isnan(item.lo)
     assert item.verdict == "inconclusive" and item.reason.startswith("no CI")
+
+
+def test_a_claim_without_rows_is_not_tested():
+    from bench.report_claims import FAILS, HOLDS, UNSURE, UNTESTED, combine
+
+    assert combine([]) == UNTESTED and combine([UNTESTED, UNTESTED], "any") == UNTESTED
+    assert combine([HOLDS, UNTESTED]) == UNTESTED and combine([FAILS, UNTESTED]) == FAILS
+    assert combine([UNSURE, UNTESTED]) == UNTESTED and combine([HOLDS, UNTESTED], "any") == HOLDS
+    assert combine([HOLDS, UNSURE]) == UNSURE and combine([HOLDS, HOLDS]) == HOLDS
+
+
+def test_claims_of_tasks_without_rows_are_not_tested(tmp_path):
+    """With only parity's dense rows, every claim on another task is "not tested", never "inconclusive"."""
+    import shutil
+    from pathlib import Path
+
+    from bench import report
+
+    source = Path(__file__).resolve().parents[1] / "results" / "parity" / "dense"
+    shutil.copytree(source, tmp_path / "results" / "parity" / "dense")
+    report.main(str(tmp_path / "results"), str(tmp_path / "reports"), echo=lambda *a: None)
+    text = (tmp_path / "reports" / "claims.md").read_text()
+    imagenet = text.split("acm-imagenet-avit-early-exit", 2)[2].split("\n## ", 1)[0]
+    assert "**Verdict: not tested** (no rows of task imagenet" in imagenet, imagenet[:500]
