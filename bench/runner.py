@@ -18,17 +18,18 @@ processes.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from typing import Any
 
 import torch
 from omegaconf import OmegaConf
-from tqdm import tqdm
 
 from bench import cost, distributed, paths, precision as amp, provenance, registry, results, versions
 from bench.api import Batch, Method, Task
 from bench.errors import UserError
+from bench.progress import progress
 from bench.run import RunContext, plain
 from bench.timing import Timing, measure_against_dense
 
@@ -79,8 +80,9 @@ def evaluate(method: Method, model: torch.nn.Module, task: Task, *, limit: int, 
     previews: list[str] = []  # token maps and input previews of the first PREVIEW_SAMPLES samples
     maps: list[str] = []
     preds, targets = [], []
-    for batch in tqdm(_batches(task, limit), desc="evaluate", leave=False,
-                      disable=os.environ.get("BENCH_QUIET") == "1"):
+    bar = progress(desc="evaluate", unit="batches")
+    for batch in _batches(task, limit):
+        bar.update(1)
         batch = batch.to(device)
         # the model's precision (bench/precision.py): inputs cast like the model, costs from the same forward
         result = method.infer(model, Batch(amp.cast_input(batch.x, precision), batch.y, batch.meta))
@@ -96,6 +98,7 @@ def evaluate(method: Method, model: torch.nn.Module, task: Task, *, limit: int, 
         extra = {"macs": result.macs, **batch.meta, **result.columns}
         for key, value in extra.items():
             columns.setdefault(key, []).append(value.detach().cpu())
+    bar.close()
     predictions, target = torch.cat(preds), torch.cat(targets)
     quality = task.score(predictions, target)
     table = {**task.sample_table(predictions, target), "score": quality.per_sample.numpy(), **quality.columns}
@@ -299,10 +302,27 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
                                           config_yaml=OmegaConf.to_yaml(cfg, resolve=True))))
         log.info("%s %s %s=%s: %s=%.4f, %.4g MACs/sample (%.1f%% of dense), %s", task_name, method_name,
                  spec.knob, value, task.metric, quality.value, summary["macs_mean"], row.cost_pct_dense,
-                 f"batch-1 latency {timing.latency_b1_ratio:.2f}x dense, throughput "
-                 f"{timing.throughput_ratio:.2f}x dense" if cfg.timing else "not timed")
+                 timing_text(timing, load_avg, os.cpu_count() or 0) if cfg.timing else "not timed")
     log.info("done in %.1f s; rows: %s", time.perf_counter() - t0, ", ".join(written))
     return written
+
+
+WIDE_SPREAD = 0.25  # a batch-1 latency whose IQR exceeds this share of its median is called noisy
+
+
+def timing_text(timing: Timing, load_avg: float, cpus: int) -> str:
+    """The console's timing ratios, with the caveats the report applies: a loaded machine (1-minute load
+    average above the CPU count) or a wide spread makes the ratios noise, and the line says so."""
+    text = f"batch-1 latency {timing.latency_b1_ratio:.2f}x dense, throughput {timing.throughput_ratio:.2f}x dense"
+    caveats = []
+    if cpus and load_avg > cpus:
+        caveats.append(f"timed at load {load_avg:.1f} on {cpus} CPUs")
+    spread = timing.latency_b1_iqr_ms / timing.latency_b1_ms if timing.latency_b1_ms > 0 else math.nan
+    if spread > WIDE_SPREAD:
+        caveats.append(f"latency IQR {spread:.0%} of its median")
+    if caveats:
+        text += f" (NOISY: {'; '.join(caveats)}; re-time on a quiet machine before reading it)"
+    return text
 
 
 def _infer_in(precision: str, task: Task, model: torch.nn.Module, x: torch.Tensor) -> Any:

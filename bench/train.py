@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,12 +39,12 @@ from typing import Any, Callable, Iterable
 
 import torch
 from torch import Tensor, nn
-from tqdm import tqdm
 
 from bench import distributed, precision as amp, signals
 from bench.api import Batch
 from bench.checkpoints import Interrupted, atomic_save, load_final, load_partial, read
 from bench.data import ShardFn, step_loader
+from bench.progress import progress as show_progress
 
 # Behaviour version of the trainer and the core's protocol (this loop, its optimiser and schedule, and
 # bench/protocol.py's budget split, data offsets and per-step seeds): bump it when a change can alter a
@@ -181,8 +180,7 @@ def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[n
     model.train()
     step = start
     last_save = time.perf_counter()
-    progress = tqdm(total=steps, initial=start, desc=desc, leave=False, dynamic_ncols=True,
-                    disable=os.environ.get("BENCH_QUIET") == "1" or not main)
+    progress = show_progress(total=steps, initial=start, desc=desc, enabled=main)
     try:
         try:
             while step < steps:

@@ -51,3 +51,15 @@ def test_failed_write_leaves_nothing(tmp_path, monkeypatch):
 
 def test_load_empty_has_schema(tmp_path):
     assert list(results.load(tmp_path).columns) == results.COLUMNS + ["row_file"]
+
+
+def test_the_console_timing_line_says_when_the_ratios_are_noise():
+    from bench.runner import timing_text
+    from bench.timing import Timing
+
+    quiet = Timing(1.0, 0.1, 100.0, 32, latency_b1_ratio=0.8, throughput_ratio=1.2, rounds=3)
+    assert timing_text(quiet, 0.5, 2) == "batch-1 latency 0.80x dense, throughput 1.20x dense"
+    loaded = timing_text(quiet, 3.9, 2)
+    assert loaded.endswith("(NOISY: timed at load 3.9 on 2 CPUs; re-time on a quiet machine before reading it)")
+    wide = Timing(1.0, 0.77, 100.0, 32, latency_b1_ratio=0.23, throughput_ratio=1.0, rounds=3)
+    assert "latency IQR 77% of its median" in timing_text(wide, 0.5, 2)
