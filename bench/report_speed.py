@@ -38,6 +38,24 @@ def round_ci(rounds: str) -> tuple[float, float]:
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+def not_headline(row) -> str:
+    """Why a row stays out of the headline tables and figures ("" when it belongs there): a dirty tree, a
+    CPU timing whose 1-minute load average exceeded the CPU count, or one whose CPU count was not recorded."""
+    if str(row.get("git_dirty")) == "True":
+        return "timed from a dirty tree"
+    if row["device"] != "cpu":
+        return ""
+    cpus = float(row.get("cpus", math.nan))
+    if not cpus > 0:
+        return "CPU count not recorded (timed before rows held it)"
+    loads = [float(v) for v in str(row["loadavg_1m"]).split(";") if v not in ("", "nan")]
+    loads += [float(row.get(k, math.nan)) for k in ("load_before", "load_after")]
+    worst = max((v for v in loads if v == v), default=math.nan)
+    if not worst <= cpus:
+        return f"loaded: 1-minute load average up to {worst:.1f} on {int(cpus)} CPUs"
+    return ""
+
+
 def latest(rows):
     """The latest ok row of every (device, batch, panel, method, fraction)."""
     ok = rows[rows["status"] == "ok"].copy()
@@ -154,18 +172,29 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
     rows = latest(rows)
     if rows.empty:
         return []
+    rows = rows.assign(_why=[not_headline(r) for _, r in rows.iterrows()])
     written = []
     md = ["# bench speed: time vs MACs relative to dense (same process, interleaved)", "",
           "Efficiency = (dense time / method time) / (dense MACs / method MACs); 1 = the MACs saving is "
           "the same saving in time.  Models have random weights and are timed on random inputs of the task's "
-          "shape (no dataset).  Generated from results/speed by bench/report_speed.py.", ""]
+          "shape (no dataset).  Generated from results/speed by bench/report_speed.py.", "",
+          "The headline tables and figures hold only rows timed from a clean tree on a quiet machine (CPU: the "
+          "1-minute load average never above the CPU count, before, during and after the timings); every other "
+          "row is listed below them with the reason it is kept apart.", ""]
     for (device, batch), group in rows.groupby(["device", "batch"]):
-        path = reports_dir / f"speed_{device}_b{int(batch)}.png"
-        written.append(str(plot(group, device, int(batch), kernel_fit(results_dir, device, int(batch)), path)))
-        md += [f"## {device}, batch {int(batch)} ({group['device_name'].iloc[0]})", "", f"![]({path.name})", ""]
-        md += table(group) + [""]
-        failed = group[group["status"] != "ok"] if "status" in group else group.iloc[0:0]
-        md += [f"{r['method']} f={r['fraction']:g}: {r['status']}" for _, r in failed.iterrows()]
+        quiet, apart = group[group["_why"] == ""], group[group["_why"] != ""]
+        md += [f"## {device}, batch {int(batch)} ({group['device_name'].iloc[0]})", ""]
+        if quiet.empty:
+            md += ["No quiet row from a clean tree at this batch: re-time on a quiet machine "
+                   "(`python -m bench speed ...` waits for one).", ""]
+        else:
+            path = reports_dir / f"speed_{device}_b{int(batch)}.png"
+            written.append(str(plot(quiet, device, int(batch), kernel_fit(results_dir, device, int(batch)), path)))
+            md += [f"![]({path.name})", ""] + table(quiet) + [""]
+        if not apart.empty:
+            md += [f"### Kept apart ({len(apart)} rows: loaded, dirty or without a CPU count)", ""]
+            md += [f"- {reason}: {len(sub)} rows" for reason, sub in apart.groupby("_why")] + [""]
+            md += table(apart) + [""]
     target = reports_dir / "speed.md"
     results.atomic_write_text(target, "\n".join(md) + "\n")
     return [str(target)] + written

@@ -172,6 +172,8 @@ class SpeedConfig:
     graph_max_batch: int = 32
     seed: int = 0
     results_dir: str = "results"
+    max_load: float = 0.0  # 0 = the CPU count
+    wait_s: float = 300.0
 
 
 KEYS = {
@@ -189,6 +191,8 @@ KEYS = {
     "graph_max_batch": "largest batch captured in CUDA graphs",
     "seed": "seed of the random weights, inputs and decisions",
     "results_dir": "rows go to <results_dir>/speed/<run_id>/",
+    "max_load": "CPU timing starts only when the 1-minute load average is at most this (0: the CPU count)",
+    "wait_s": "seconds to wait for the load to fall to max_load before refusing (0: refuse at once)",
 }
 
 
@@ -249,7 +253,28 @@ def _check(cfg: SpeedConfig) -> SpeedConfig:
         raise UserError(f"speed: device={cfg.device!r}; choose cpu or cuda")
     if cfg.dtype not in ("fp32", "fp16", "bf16"):
         raise UserError(f"speed: dtype={cfg.dtype!r}; choose fp32, fp16 or bf16")
+    if cfg.max_load < 0 or cfg.wait_s < 0:
+        raise UserError(f"speed: max_load and wait_s must be >= 0, got {cfg.max_load:g} and {cfg.wait_s:g}")
     return cfg
+
+
+def wait_until_quiet(max_load: float, wait_s: float, log: Callable[[str], None] = print,
+                     loadavg: Callable[[], float] = lambda: os.getloadavg()[0],
+                     sleep: Callable[[float], None] = time.sleep, poll_s: float = 10.0) -> float:
+    """Wait until the 1-minute load average is at most ``max_load`` (0: the CPU count), at most ``wait_s``
+    seconds; returns the load then, or raises a one-line UserError (timing on a loaded machine is noise)."""
+    limit = max_load or float(os.cpu_count() or 1)
+    load, waited = loadavg(), 0.0
+    if load > limit and wait_s > 0:
+        log(f"load {load:.2f} > {limit:g}: waiting up to {wait_s:g} s for a quiet machine")
+    while load > limit and waited < wait_s:
+        sleep(poll_s)
+        waited += poll_s
+        load = loadavg()
+    if load > limit:
+        raise UserError(f"speed: the 1-minute load average is {load:.2f}, above max_load={limit:g} (the machine "
+                        f"is busy; timings would be noise); stop the other work, or set max_load / wait_s")
+    return load
 
 
 def speed_module(spec: Any) -> str:
@@ -306,7 +331,8 @@ COLUMNS = ["run_id", "task", "arch", "tokens", "method", "decisions", "fraction"
            "macs_counted_per_sample", "macs_dense_per_sample", "macs_ratio", "uncounted_ops", "median_ms",
            "iqr_ms", "min_ms", "n_samples", "dense_median_ms", "time_ratio", "time_ratio_rounds", "time_ratio_min",
            "speed_efficiency", "throughput_per_s", "loadavg_1m", "loadavg_1m_mean", "rounds", "min_run_s",
-           "status", "torch_version", "triton_version", "git_sha", "git_dirty", "command", "timestamp"]
+           "status", "torch_version", "triton_version", "cpus", "load_before", "load_after", "git_sha", "git_dirty",
+           "command", "timestamp"]
 
 
 @dataclass
@@ -368,6 +394,7 @@ def run(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = print) -
             "device": cfg.device, "device_name": provenance.device_name(cfg.device), "dtype": cfg.dtype,
             "threads": cfg.threads if not gpu else math.nan, "batch": cfg.batch, "rounds": cfg.rounds,
             "min_run_s": min_run_s, "torch_version": torch_version, "triton_version": triton_version,
+            "cpus": os.cpu_count() or 0, "load_before": math.nan, "load_after": math.nan,
             "git_sha": provenance.git_sha(), "git_dirty": provenance.git_dirty(),
             "command": "python -m bench speed " + shlex.join(argv), "timestamp": provenance.timestamp()}
 
@@ -400,6 +427,8 @@ def run(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = print) -
                     "macs_counted_per_sample": counted, "uncounted_ops": ";".join(counter.report.uncounted)}))
                 log(f"{name} f={fraction:g}: {logged / dense_macs:.3f} of dense MACs (counter {counted / dense_macs:.3f})")
         rows: list[dict] = []
+        if not gpu:
+            base["load_before"] = wait_until_quiet(cfg.max_load, cfg.wait_s, log)
         for point in points:  # warm-up (allocator, lazy init, autotuning)
             point.fn()
         if gpu and cfg.cuda_graphs and cfg.batch <= cfg.graph_max_batch:  # pragma: no cover - needs CUDA
@@ -414,6 +443,7 @@ def run(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = print) -
                 points[i].load.append(os.getloadavg()[0])
             log(f"round {r + 1}/{cfg.rounds}: {len(points)} points, {time.perf_counter() - start:.1f} s, "
                 f"load {os.getloadavg()[0]:.2f}")
+        base["load_after"] = os.getloadavg()[0]
     return rows + _rows(points, base, dense_macs, kernel_bench._median_iqr)
 
 

@@ -13,7 +13,8 @@ import torch
 from bench import cli, cost, report_speed, speed
 
 FORCED = ["acm", "moefication", "avit", "early_exit", "cct", "adatape", "act"]
-TINY = ["task=imagenet", "arch=tiny", "batch=2", "rounds=1", "min_run_s=0.01"]
+# the tiny timings test mechanics, not speed: they run on a machine the suite itself loads (no quiet wait)
+TINY = ["task=imagenet", "arch=tiny", "batch=2", "rounds=1", "min_run_s=0.01", "max_load=1000"]
 
 
 def _forcer(name, task="imagenet", arch="tiny"):
@@ -135,19 +136,44 @@ def test_rows_one_file_per_point(speed_rows):
     assert not pd.isna(rows["git_sha"]).any() and rows["command"].str.startswith("python -m bench speed").all()
 
 
+def _as_timed(speed_rows, root, *, load: float, dirty: bool):
+    """A copy of the speed rows as if timed at a given load from a clean or dirty tree (the suite's own
+    timings ran on a machine it loads)."""
+    import shutil
+
+    shutil.copytree(speed_rows / "speed", root / "speed")
+    for path in (root / "speed").rglob("*.csv"):
+        rows = pd.read_csv(path)
+        rows = rows.assign(git_dirty=dirty, cpus=2, load_before=load, load_after=load,
+                           loadavg_1m=";".join([f"{load:.2f}"] * 2))
+        rows.to_csv(path, index=False)
+    return root
+
+
 def test_report_draws_figure_and_table(speed_rows, tmp_path):
-    kernels = speed_rows / "kernels"
+    quiet = _as_timed(speed_rows, tmp_path / "quiet", load=0.5, dirty=False)
+    kernels = quiet / "kernels"
     kernels.mkdir(exist_ok=True)
     pd.DataFrame([{"run_id": "k1", "device_name": "cpu: test", "dtype": "fp32", "batch": 2, "variant": "acm_sorted",
                    "baseline": "dense_eager", "statistic": "median", "k_mode": "iid", "intercept": 0.1,
                    "slope": 0.9, "r2": 0.99}]).to_csv(kernels / "k1.fit.csv", index=False)
-    assert report_speed.kernel_fit(speed_rows, "cpu", 1)["slope"] == 0.9
-    assert report_speed.kernel_fit(speed_rows, "cuda", 1) is None
-    written = report_speed.write(speed_rows, tmp_path)
+    assert report_speed.kernel_fit(quiet, "cpu", 1)["slope"] == 0.9
+    assert report_speed.kernel_fit(quiet, "cuda", 1) is None
+    written = report_speed.write(quiet, tmp_path)
     assert sorted(os.path.basename(p) for p in written) == ["speed.md", "speed_cpu_b2.png"]
     text = (tmp_path / "speed.md").read_text()
-    assert "| cpu | 2 | imagenet | tiny | fp32 | 1 | eager | acm | 0.25 |" in text
+    assert "| cpu | 2 | imagenet | tiny | fp32 | 1 | eager | acm | 0.25 |" in text and "Kept apart" not in text
     assert report_speed.write(tmp_path / "none", tmp_path / "none_reports") == []
+
+
+def test_loaded_or_dirty_speed_rows_stay_out_of_the_headline(speed_rows, tmp_path):
+    for name, load, dirty in (("loaded", 3.5, False), ("dirty", 0.5, True)):
+        root = _as_timed(speed_rows, tmp_path / name, load=load, dirty=dirty)
+        written = report_speed.write(root, tmp_path / f"{name}_reports")
+        assert [os.path.basename(p) for p in written] == ["speed.md"]  # no headline figure
+        text = (tmp_path / f"{name}_reports" / "speed.md").read_text()
+        headline, apart = text.split("### Kept apart", 1)
+        assert "| acm |" not in headline and "| acm |" in apart and "No quiet row" in headline
 
 
 def test_counter_disagreement_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
@@ -197,3 +223,33 @@ def test_acm_triton_path_under_forced_learners(monkeypatch):
         logged = float(forcer.sample_macs(model, x).double().mean())
     torch.testing.assert_close(triton_out, sorted_out, rtol=1e-4, atol=1e-4)
     assert counter.report.macs == pytest.approx(logged, rel=1e-6) and not math.isnan(logged)
+
+
+def test_speed_waits_for_a_quiet_machine_then_refuses_in_one_line():
+    from bench.errors import UserError
+    from bench.speed import wait_until_quiet
+
+    loads = iter([3.5, 2.5, 1.5])
+    slept, said = [], []
+    assert wait_until_quiet(2.0, 60, said.append, loadavg=lambda: next(loads), sleep=slept.append) == 1.5
+    assert slept == [10.0, 10.0] and said == ["load 3.50 > 2: waiting up to 60 s for a quiet machine"]
+    with pytest.raises(UserError, match=r"^speed: the 1-minute load average is 4.00, above max_load=2 "):
+        wait_until_quiet(2.0, 20, said.append, loadavg=lambda: 4.0, sleep=lambda s: None)
+    with pytest.raises(UserError):
+        wait_until_quiet(2.0, 0, said.append, loadavg=lambda: 2.5, sleep=lambda s: None)
+
+
+def test_the_speed_page_headline_holds_no_loaded_dirty_or_uncounted_rows(tmp_path):
+    import pandas as pd
+
+    from bench import report_speed
+
+    base = {"device": "cpu", "git_dirty": False, "cpus": 2, "loadavg_1m": "0.50;0.70", "load_before": 0.4,
+            "load_after": 0.6}
+    assert report_speed.not_headline(pd.Series(base)) == ""
+    assert report_speed.not_headline(pd.Series({**base, "git_dirty": True})) == "timed from a dirty tree"
+    assert report_speed.not_headline(pd.Series({**base, "loadavg_1m": "0.5;4.70"})).startswith(
+        "loaded: 1-minute load average up to 4.7 on 2 CPUs")
+    assert report_speed.not_headline(pd.Series({**base, "load_after": 2.5})).startswith("loaded")
+    assert report_speed.not_headline(pd.Series({**base, "cpus": float("nan")})).startswith("CPU count not recorded")
+    assert report_speed.not_headline(pd.Series({**base, "device": "cuda", "cpus": float("nan")})) == ""
