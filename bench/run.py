@@ -17,8 +17,6 @@ path starts over), so removing it keeps mutual exclusion.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
 from pathlib import Path
@@ -29,16 +27,12 @@ from torch import nn
 
 from bench import artifacts, distributed, train, versions
 from bench.api import Batch, Task, plain  # noqa: F401  (plain: re-exported for methods)
+from bench.results import stable_hash  # the one hash of keys and identities
 
 if TYPE_CHECKING:
     from bench.protocol import PlannedStage
 
 log = logging.getLogger("bench")
-
-
-def stable_hash(obj: Any, length: int = 12) -> str:
-    text = json.dumps(obj, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
 class RunContext:

@@ -21,7 +21,6 @@ and ``source`` (a description for the row's dataset column).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import subprocess
@@ -33,6 +32,7 @@ import numpy as np
 import torch
 
 from bench.errors import UserError
+from bench.results import stable_hash
 from tasks.commonvoice import features as F
 from tasks.commonvoice import text as T
 
@@ -219,7 +219,7 @@ def tsv_items(data_dir: str, split: str, text_key: str, path_key: str) -> list[t
 
 # --- cache --------------------------------------------------------------------------------------------
 def cached(cache_dir: Path, name: str, key: dict[str, Any], build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    digest = stable_hash(key)
     path = Path(cache_dir) / "commonvoice" / "data" / f"{name}-{digest}.pt"
     if path.exists():
         return torch.load(path, weights_only=False)
