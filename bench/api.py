@@ -259,12 +259,6 @@ class Method:
         building a model; their callables run after it."""
         return []
 
-    def build(self) -> nn.Module:
-        """The trained adaptive model (the core's protocol; methods do not override this)."""
-        from bench import protocol
-
-        return protocol.train(self)
-
     def infer(self, model: nn.Module, batch: Batch,
               forward: Callable[[nn.Module, Tensor], Tensor] | None = None) -> Inference:
         """One evaluation forward on ``batch`` as a typed result: the task's inference (``forward``, default
@@ -302,7 +296,6 @@ class Method:
         return ""
 
     def train_budget(self) -> str:
-        """The training budget this method spent, stated for the row (from the core's plan)."""
-        from bench import protocol
-
-        return (self.training_plan or protocol.plan(self)).describe()
+        """The training budget this method spends, stated for the row (the core's plan: the one
+        ``bench.protocol.train`` followed, or the run's plan before training)."""
+        return (self.training_plan or self.run.plan(self)).describe()

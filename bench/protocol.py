@@ -39,10 +39,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 import torch
 from torch import Tensor, nn
 
+from bench import artifacts
 from bench.api import Batch
 
 if TYPE_CHECKING:
     from bench.api import Method, Task
+    from bench.run import RunContext
 
 StartsFrom = Literal["base", "scratch"]
 
@@ -230,8 +232,6 @@ def plan(method: "Method") -> Plan:
 
 def stage_state(run: "RunContext", owner: str, name: str, key: Any) -> str:
     """"cached", "shipped" (installed from artifacts/ when needed) or "to train"."""
-    from bench import artifacts
-
     if run.is_cached(owner, name, key):
         return "cached"
     if run.shipped and artifacts.find(run.stage_path(owner, name, key)) is not None:

@@ -20,17 +20,16 @@ import contextlib
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
 
-from bench import artifacts, distributed, train, versions
+from bench import artifacts, distributed, protocol, train, versions
 from bench.api import Batch, Task, plain  # noqa: F401  (plain: re-exported for methods)
+from bench.errors import UserError
+from bench.protocol import PlannedStage, Stage, StepContext, base_policy, step_seed, task_loss
 from bench.results import stable_hash  # the one hash of keys and identities
-
-if TYPE_CHECKING:
-    from bench.protocol import PlannedStage
 
 log = logging.getLogger("bench")
 
@@ -57,6 +56,10 @@ class RunContext:
         self._charged: set[Path] = set()
         self.fit_extra: dict[str, Any] = {}  # extra bench.train.fit arguments (tests: stop_after)
 
+    def plan(self, method: Any) -> Any:
+        """The core's training plan of ``method`` in this run (:func:`bench.protocol.plan`)."""
+        return protocol.plan(method)
+
     def stage_path(self, owner: str, name: str, key: Any) -> Path:
         return self.cache_dir / self.task_name / owner / f"{name}-{stable_hash(key)}.pt"
 
@@ -77,8 +80,6 @@ class RunContext:
     def check_batch(self, batch_size: int) -> None:
         """The global batch must split into equal rows per rank (DDP averages ranks with equal weight), and
         each rank's rows into at least ``accumulate`` micro-batches."""
-        from bench.errors import UserError
-
         world = distributed.world()
         if batch_size % world:
             raise UserError(f"the training batch size {batch_size} does not divide into {world} processes; "
@@ -110,12 +111,10 @@ class RunContext:
         model.eval()
         return result
 
-    def fit_stage(self, model: nn.Module, planned: "PlannedStage", *, owner: str,
+    def fit_stage(self, model: nn.Module, planned: PlannedStage, *, owner: str,
                   batch_fn: Callable[[int], Batch], seed: int,
                   shard_fn: Callable[[int, int, int], Batch] | None = None) -> train.FitResult:
         """Run one declared stage under the core's protocol (per-step seeds, declared policy, cache)."""
-        from bench.protocol import StepContext, step_seed
-
         stage, steps = planned.stage, planned.steps
         ctx = StepContext(stage.name, 0, steps, torch.Generator(device=self.device))
 
@@ -146,8 +145,6 @@ class RunContext:
     def base_model(self, task: Task, width: float = 1.0, depth: float = 1.0) -> nn.Module:
         """The task's dense model at a given size, trained once with the task's budget and cached: one
         stage ``base`` run by the same protocol as every method stage (data from step 0)."""
-        from bench.protocol import PlannedStage, Stage, base_policy, task_loss
-
         torch.manual_seed(self.seed)
         model = task.build_backbone(width=width, depth=depth)
         budget = task.base_budget()

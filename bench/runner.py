@@ -1,6 +1,6 @@
 """The flow of one run, the same for every method:
 
-config → task → method.build() (dense base model and method stages, cached and resumable) → for each
+config → task → protocol.train(method) (dense base model and method stages, cached and resumable) → for each
 knob value: evaluate quality on the real path with per-sample MACs from the logged decisions; count
 MACs with the dispatch-level counter on a few batches (a separate pass); time batch-1 latency and
 large-batch throughput (another pass, no counters attached) → one row per knob value in ``results/``.
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from bench import cost, distributed, paths, precision as amp, provenance, registry, results, versions
+from bench import cost, distributed, paths, precision as amp, protocol, provenance, registry, results, versions
 from bench.api import Batch, Method, Task
 from bench.errors import UserError
 from bench.progress import progress
@@ -201,8 +201,6 @@ def base_step_s(task: Task, batch_size: int, device: str, steps: int = 5) -> flo
 def plan_line(method: Method, task: Task, cfg: Any) -> str:
     """The run's plan in one line: what is cached, shipped or trained, and the training time estimated from
     the base model's step time measured now."""
-    from bench import protocol
-
     the_plan = protocol.plan(method)
     text, steps = protocol.describe_plan(method, the_plan)
     if steps:
@@ -231,7 +229,7 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     t0 = time.perf_counter()
     device, precision = run_ctx.device, str(cfg.precision)
     log.info("%s", plan_line(method, task, cfg))
-    model = method.build().to(device).eval()
+    model = protocol.train(method).to(device).eval()
     # The row's training time: the stages the method's model is made of (a fine-tuned base counts), not the
     # dense base loaded below only as the timing's or counting's reference (a static size's run loads it).
     train_time_s = run_ctx.train_time_s

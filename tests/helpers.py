@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import config, registry, results, runner
+from bench import config, protocol, registry, results, runner
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,7 @@ def build_tiny(method: str, task: str, tmp: Path, *extra: str):
     """(task, method, trained adaptive model) for the tiny config."""
     cfg = compose_tiny(method, task, tmp, *extra)
     _, task_impl, method_impl = runner.build(cfg, method, task)
-    model = method_impl.build().eval()
+    model = protocol.train(method_impl).eval()
     return task_impl, method_impl, model
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from bench import distributed
+from bench import distributed, protocol
 from bench.checkpoints import Interrupted
 
 
@@ -27,13 +27,13 @@ def trained(method: str, task: str, tmp: Path, cache: str, extra: tuple[str, ...
     if stop_after is not None:
         run.fit_extra = {"stop_after": stop_after}
         try:
-            method_impl.build()
+            protocol.train(method_impl)
         except Interrupted:
             pass
         else:
             raise AssertionError("the run was expected to be interrupted")
         run.fit_extra = {}
-    return method_impl.build().state_dict()
+    return protocol.train(method_impl).state_dict()
 
 
 def main(rank: int, world: int, tmp: str, port: int, extra: tuple[str, ...]) -> None:

@@ -13,11 +13,10 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from bench import cost
+from bench import cost, protocol
 from bench.api import Batch, Task
 from bench.kernels.acm_torch import acm_reference_fp64
 from bench.models.transformer import Encoder, EncoderConfig
-from bench import protocol
 from bench.run import RunContext
 from methods.acm import ACMConfig
 from methods.acm import modules as M
@@ -295,7 +294,7 @@ def test_stages_are_cached_shared_across_budgets_and_resume_exactly(tmp_path):
     method.task.cfg.method_steps = 1000
     assert stage_steps(method) == {"distill": 200, "gates": 50, "e2e": 750}  # floors capped at 20% / 5%
     method.task.cfg.method_steps, method.cfg.min_distill_steps, method.cfg.min_gate_steps = 60, 5, 5
-    model = method.build()
+    model = protocol.train(method)
     keys_a = {p.stage.name: p.key for p in method.training_plan.stages}
     batch = next(iter(method.task.eval_batches()))
     with torch.inference_mode():
@@ -307,7 +306,7 @@ def test_stages_are_cached_shared_across_budgets_and_resume_exactly(tmp_path):
     assert "gate_grad=straight_through" in method.variant() and "distill=no_detach" in method.variant()
 
     other = make_method(tmp_path / "a", beta_target=0.75)
-    other.build()
+    protocol.train(other)
     keys_b = {p.stage.name: p.key for p in other.training_plan.stages}
     assert keys_b["distill"] == keys_a["distill"] and keys_b["gates"] == keys_a["gates"]
     assert keys_b["e2e-b0.75"] != keys_a["e2e-b0.25"]
@@ -320,7 +319,7 @@ def test_stages_are_cached_shared_across_budgets_and_resume_exactly(tmp_path):
     interruptions = 0
     while True:
         try:
-            resumed = interrupted.build()
+            resumed = protocol.train(interrupted)
             break
         except KeyboardInterrupt:
             interruptions += 1

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from bench import config, runner
+from bench import protocol
 from bench.errors import UserError
 from tasks.iwslt import data as D
 
@@ -262,7 +263,7 @@ def test_train_time_counts_each_stage_once(tmp_path):
     cfg = compose_tiny("dense", "iwslt", tmp_path, "timing=true", "timing_rounds=1", "timing_batch=2",
                        "iwslt.eval_samples=4")
     run, task, method = runner.build(cfg, "dense", "iwslt")
-    model = method.build()
+    model = protocol.train(method)
     first = run.train_time_s
     assert first > 0
     task.reference_model()

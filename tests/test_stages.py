@@ -41,7 +41,7 @@ def _recording(task):
 def test_budget_data_order_caching_and_resume(tmp_path):
     cfg, run, task, method = _build(tmp_path / "a")
     seen = _recording(task)
-    model = method.build()
+    model = protocol.train(method)
     base_steps, budget = int(task.base_budget()["steps"]), task.method_budget()
     # the base model trains on steps 0..base-1, the method's stage continues after them
     assert seen == list(range(base_steps)) + list(range(base_steps, base_steps + budget))
@@ -54,7 +54,7 @@ def test_budget_data_order_caching_and_resume(tmp_path):
     # a second build loads both artifacts from the cache: nothing is drawn, nothing trains
     _, _, task2, method2 = _build(tmp_path / "a")
     seen2 = _recording(task2)
-    again = method2.build()
+    again = protocol.train(method2)
     assert seen2 == []
     for a, b in zip(model.state_dict().values(), again.state_dict().values()):
         assert torch.equal(a, b)
@@ -66,7 +66,7 @@ def test_budget_data_order_caching_and_resume(tmp_path):
     interruptions = 0
     while True:
         try:
-            resumed = method3.build()
+            resumed = protocol.train(method3)
             break
         except KeyboardInterrupt:
             interruptions += 1
@@ -104,8 +104,8 @@ def test_allocation_seeds_and_policy():
 
 
 def test_every_registered_method_declares_its_protocol(tmp_path):
-    """Every built-in method is stages + a start: none overrides build(), and its plan's steps add up to
-    its budget."""
+    """Every built-in method is stages + a start: none trains itself (the core's protocol.train does; a method
+    has no build or train of its own), and its plan's steps add up to its budget."""
     from bench.api import Method
     from tests.helpers import compose_tiny, matrix_cases
 
@@ -115,7 +115,8 @@ def test_every_registered_method_declares_its_protocol(tmp_path):
             continue
         done.add(name)
         impl = registry.load_impl(registry.method_spec(name).impl)
-        assert impl.build is Method.build, f"{name} overrides build(): the core owns training"
+        assert not hasattr(impl, "build") and not hasattr(impl, "train"), f"{name} trains itself: the core owns training"
+        assert issubclass(impl, Method)
         cfg = compose_tiny(name, task, tmp_path, *variant)
         _, task_impl, method = runner.build(cfg, name, task)
         plan = protocol.plan(method)
