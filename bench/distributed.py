@@ -9,7 +9,7 @@ Launch (issue 16):
   runs the job; :func:`setup` takes rank and world size from submitit's job environment
   (``submitit.helpers.TorchDistributedEnvironment``, which exports the same variables).
 
-Division of work (stated in the README): every rank trains (DistributedDataParallel; each rank takes its
+Division of work (stated in docs/scale.md): every rank trains (DistributedDataParallel; each rank takes its
 shard of the global batch of each step, bench/data.py); **rank 0 alone** writes checkpoints, takes the stage
 locks, logs, evaluates, counts MACs, times, and writes rows.  Evaluation, counting and timing are not
 sharded: they measure one process on one device, as a single-process run does, so a row does not depend on

@@ -790,7 +790,7 @@ def _header(results_dir: str, n_rows: int) -> list[str]:
         "Normalized AUC: the hull's mean quality over the cost range all of a section's curves cover (the section "
         "gives it), in the metric's units and direction (↑: higher is better; ↓: lower).",
         "Rows tables: \"latency b1 ×dense\" and \"throughput ×dense\" are ratios to the dense base timed in the "
-        "same process, interleaved with the method (README, \"How cost and time are measured\"): compare those "
+        "same process, interleaved with the method (docs/measurement.md, \"How cost and time are measured\"): compare those "
         "rather than milliseconds timed in different sessions.",
         f"Hypervolume: cost as a fraction of dense cost, reference point = ({REFERENCE_COST:g} × dense cost, "
         f"reference quality per metric: {refs}; other metrics 0 if ↑, 1 if ↓).",

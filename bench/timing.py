@@ -4,7 +4,7 @@ CPU: ``torch.utils.benchmark.Timer(...).blocked_autorange`` with an explicit thr
 and repeats blocks until ``min_run_time``); GPU: the same Timer synchronizes CUDA around each block.
 Reported: median and interquartile range of per-call time.
 
-Protocol (reference/measurement.md): absolute times on a shared machine drift by tens of percent between
+Protocol (docs/measurement.md): absolute times on a shared machine drift by tens of percent between
 runs, so every measurement of a method is paired with the task's dense base model measured in the same
 process, in interleaved rounds (A B B A A B ...: the order alternates so neither model always runs
 first).  The stored ratios are medians over rounds of the per-round ratio method / dense; compare

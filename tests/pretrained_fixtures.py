@@ -9,7 +9,7 @@
     write_deit(path)              a timm-layout DeiT/ViT state dict ({"model": ...}) as a .pth
 
 Weights are random (seeded); tiny sizes keep tests fast.  ``python -m tests.pretrained_fixtures OUT``
-writes all of them under OUT (the README's example commands use such a directory).
+writes all of them under OUT (the example commands of docs/data.md use such a directory).
 """
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ def test_submitit_local_sweep(tmp_path):
 
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local", "submitit_slurm"])
 def test_launcher_configs_compose(launcher):
-    """The launcher groups resolve through bench's config validation (what the README's examples use)."""
+    """The launcher groups resolve through bench's config validation (what the examples in docs/running.md use)."""
     from bench import config
 
     assert config.validate(["method=dense", "task=parity", f"hydra/launcher={launcher}", "seed=0,1"]) == 2

@@ -1,4 +1,4 @@
-"""Layering rules (DESIGN.md): bench/ knows no method or task, a method never imports a task and a task
+"""Layering rules (docs/architecture.md): bench/ knows no method or task, a method never imports a task and a task
 never imports a method, and producers of rows (runs, the kernel benchmark) do not import the report."""
 
 import ast

@@ -93,8 +93,8 @@ def _published_formula(samples: int, conv: list[tuple[int, int, int]], d: int, l
 @pytest.mark.parametrize("name", ["base", "xlsr_300m"])
 def test_full_size_macs_on_meta_device(name):
     """wav2vec2-base and XLS-R-300M at full size (meta tensors: shapes only), 1 s of audio: the counter
-    equals the published-architecture formula; XLS-R-300M is about 17.8 GMACs per second (reference/
-    methods.md §10: derived from the architecture) with 49 frames."""
+    equals the published-architecture formula; XLS-R-300M is about 17.8 GMACs per second (derived from
+    the architecture) with 49 frames."""
     from bench.models.pretrained import wav2vec2 as W
     from tasks.commonvoice.model import CTCEncoder, FrameHead
 

@@ -1,6 +1,6 @@
 """Method ``acm``: convert the task's dense base model into an ACMized model and train it in 3 stages.
 
-Recipe (paper §"ACM weight initialization" and §"End-to-end training"; reference/methods.md §1.3):
+Recipe (paper §"ACM weight initialization" and §"End-to-end training"):
 
 1. ``distill`` — module-wise representation distillation.  A frozen copy of the dense model runs on the
    training batch; hooks record every replaced module's input z and output o.  Each ACM is trained on its

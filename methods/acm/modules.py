@@ -1,7 +1,7 @@
 """Adaptive Computation Modules (Wójcik et al., "Adaptive Computation Modules"): the layer, its gate,
 conversion of a skeleton Encoder, the stage-3 auxiliary losses, and the per-sample cost from the log.
 
-Layer (paper §"Adaptive Computation Module"; reference/methods.md §1.1): N learners s_1..s_N and a gate;
+Layer (paper §"Adaptive Computation Module"): N learners s_1..s_N and a gate;
 token z running k learners outputs h(z, k) = Σ_{n≤k} s_n(z).  Learner n is the slice [n·w, (n+1)·w) of
 ONE MLP (the layout of bench/kernels/acm_torch.py):
 

@@ -5,7 +5,7 @@ to 1).  N = min{n : Σ_{m≤n} h^m ≥ 1 − ε}, capped at M.  p^n = h^n for n 
 so Σ_n p^n = 1 exactly.  The output state is the mean field Σ_n p^n·s^n (used in training and at
 inference).  Ponder cost ρ = N + R; only R carries gradient (N is a step count).
 
-Known bug avoided (reference/methods.md §8.7): one public implementation adds every ponder state both
+Known bug avoided: one public implementation adds every ponder state both
 unweighted and p-weighted and divides by the step count — not Graves' mean field; it also computes the
 last weight as h − max(0, Σh − 1), so the weights can sum to less than 1.  Here the state is exactly
 Σ p^n s^n and the weights sum to 1 (tests check both).

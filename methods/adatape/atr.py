@@ -13,7 +13,7 @@ Per sample, with query q (the class token after encoder layer 1), bank B [C, d] 
 so a sample reads n ∈ [1, T] tape tokens.  The LayerNorm is shared by query and bank and is used for
 scoring only; the merged value is the raw bank vector (the paper's s = Σ w_k s_k on Z_bank).
 
-Choices where paper and code notes differ (reference/methods.md §7.2, §7.7): the halting test is ``≥``
+Choices where paper and code notes differ: the halting test is ``≥``
 (the code's), the halting step's token is kept and counted, and its step loss is not added (Algorithm 2
 breaks before line 13).  A step runs only for the samples still reading (rows are gathered), so the work
 done per sample is exactly its own n steps: n·(C·h + K·d) MACs (scores and merge; top-K, softmax and the

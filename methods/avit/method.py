@@ -1,6 +1,6 @@
 """Method ``avit``: fine-tune the task's dense encoder into an A-ViT (model.py) and evaluate it for real.
 
-Recipe (reference/methods.md §3.3; the public code's bugs fixed, see model.py):
+Recipe (the public code's bugs fixed, see model.py):
 
 * Start: a copy of the task's cached dense base model.  Halting-signal init (``halt_init``): the public
   A-ViT re-initialises the fc2 bias only in a branch that never runs, and acm-code's rule (-beta/(l+1) in

@@ -1,6 +1,6 @@
 """A-ViT: per-token adaptive halting on the shared encoder, with real token removal.
 
-Halting (reference/methods.md §3.1-3.2; ACT per token): after block l every active token k gets
+Halting (ACT per token): after block l every active token k gets
 h_k^l = sigmoid(gamma * e_{k,0}^l - beta) from dimension 0 of its block output e^l (the residual stream,
 before the final norm); h = 1 at the last block.  c_k accumulates h; the token halts at the first block
 where c_k + h_k^l >= 1 - eps, with weight R_k = 1 - c_k (the remainder); earlier blocks weigh h.  The

@@ -1,6 +1,6 @@
 """Method ``dat``: train the Depth-Adaptive Transformer on top of the task's dense encoder–decoder.
 
-Recipe (paper §2–3; reference/methods.md §5.3), two declared stages on the core's method budget
+Recipe (paper §2–3), two declared stages on the core's method budget
 (bench/protocol.py), batches continuing the task's training stream:
 1. ``aligned`` (``aligned_fraction`` of the budget; α = 0): the classifiers C_1..C_N (C_N = the dense
    head, the others initialised from it) on every block's teacher-forced state, loss = the mean of the N

@@ -1,5 +1,5 @@
 """The Depth-Adaptive Transformer's model: the skeleton encoder–decoder with a classifier C_n after every
-decoder block, a halting unit, and exit-aware incremental decoding (reference/methods.md §5).
+decoder block, a halting unit, and exit-aware incremental decoding.
 
 Classifiers: C_n = LayerNorm_n → Linear_n (d → V).  C_N is the dense model's own ``decoder.norm`` /
 ``decoder.head``; C_1..C_{N−1} (``exit_norms``, ``exit_heads``) start as copies of it and are untied

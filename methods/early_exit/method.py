@@ -1,6 +1,6 @@
 """Method ``early_exit``: SDN internal classifiers + Zero Time Waste cascading/ensembling (model.py).
 
-Recipe (reference/methods.md §4.3, acm-code's ViT-B script scaled to the task's budget):
+Recipe (acm-code's ViT-B script scaled to the task's budget):
 
 1. ``heads`` — ICs after ``exit_blocks`` on the task's cached dense base model.  ``backbone=frozen``
    (ZTW / acm-code "without_backbone", default): only the heads train, loss = mean over ICs of the task

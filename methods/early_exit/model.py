@@ -1,6 +1,6 @@
 """Early-exit encoder: SDN internal classifiers (ICs) with Zero Time Waste cascading and ensembling.
 
-Conventions (reference/methods.md §4):
+Conventions:
 
 * An IC after block b reads the block's output *without* the final encoder LayerNorm, pooled the way the
   encoder pools (``Encoder.pool``: the class token, or the mean over valid tokens).  If a task's pooling

@@ -22,7 +22,7 @@ have no counterpart.  ``load_vit_state_dict`` tells the layouts apart by their k
 
 Architectures (ViT paper Table 1; Ti/S from DeiT): width d, depth L, heads h, MLP size.  MACs follow the
 torchvision convention (matmul/conv only), which reproduces its published 4.41 / 17.56 / 15.38 / 61.55
-GMACs for B/32, B/16, L/32, L/16 at 224 px (reference/methods.md §10; tested in tests/test_imagenet.py).
+GMACs for B/32, B/16, L/32, L/16 at 224 px (tested in tests/test_imagenet.py).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Default: the vector form at n = 32 with 20,000 Adam steps of batch 128.  At n = 16 (the earlier default)
 a static 2-step RNN already solved the task (0.993), so adaptivity could not show; at n = 32 the 1-step
-network is at chance on the harder half while ACT still learns within the same budget (numbers in the
-README).  Graves' n = 64 (``parity.n=64``) was not calibrated.
+network is at chance on the harder half while ACT still learns within the same budget (numbers in
+reports/leaderboard.md).  Graves' n = 64 (``parity.n=64``) was not calibrated.
 """
 
 from dataclasses import dataclass
