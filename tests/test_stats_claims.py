@@ -189,7 +189,7 @@ def test_each_claim_says_which_points_it_compared(tmp_path):
     assert result.evidence == expected
     assert evaluate(Beats(Select("good"), Select("nothing"), budgets=(0.5,))).evidence == "no points"
     empty = evaluate(Reaches(Select("nothing"), 0.5))  # a selection that matches no rows says so
-    assert empty.verdict == "inconclusive" and empty.checks[0].items[0].where == "no points of nothing"
+    assert empty.verdict == "not tested" and empty.checks[0].items[0].where == "no points of nothing"
     page = report_claims.claims_markdown([result], str(tmp_path))
     assert f"| {md_escape(expected)} |" in page and f"**Points compared**: {md_escape(expected)}" in page
 
