@@ -24,9 +24,10 @@ from typing import Any, Callable, Iterable
 
 from bench.errors import DISK_FULL_ERRNOS, disk_full
 
-SCHEMA_VERSION = 5  # 2: same-process dense timing ratios and the cost check; 3: load average, code version;
+SCHEMA_VERSION = 6  # 2: same-process dense timing ratios and the cost check; 3: load average, code version;
 # 4: the training protocol's version; 5: precision, compute dtypes of the counter and the timer, world size
-# (rows without these columns: fp32, one process)
+# (rows without these columns: fp32, one process); 6: base_train_time_s, and train_time_s without the base's
+# time for a method that fine-tunes it
 # The training protocol a row's model was trained under: 1 = each method's own budget, data order and seeds
 # (rows without this column); 2 = stages run by the core (bench/protocol.py: one method budget, data
 # continuing after the base model, per-step seeds).  Reports never join rows of two versions in one curve.
@@ -92,9 +93,9 @@ class ResultRow:
     # size and training
     params: int
     train_budget: str
-    # wall seconds of the stages the row's model is made of (cached ones count theirs: a method counts the base
-    # it fine-tunes); not the dense base a static size's run loads as its timing reference (rows before the
-    # commit that says so counted it)
+    # wall seconds of the row's own training stages (cached ones count theirs); a method that fine-tunes the
+    # dense base does not count the base here (schema < 6 did), the dense base's own row does; never the dense
+    # base a static size's run loads as its timing reference
     train_time_s: float
     # provenance
     run_id: str
@@ -121,6 +122,8 @@ class ResultRow:
     count_dtype: str = "float32"
     timing_dtype: str = "float32"
     world_size: int = 1
+    # wall seconds of the dense base the row's model starts from (NaN when it starts from scratch; schema 6)
+    base_train_time_s: float = float("nan")
 
 
 COLUMNS = [f.name for f in dataclasses.fields(ResultRow)]

@@ -53,6 +53,7 @@ class RunContext:
                               "pin_memory": bool(getattr(cfg, "pin_memory", True)),
                               "save_every_s": float(getattr(cfg, "save_every_s", 60.0))}
         self.train_time_s = 0.0  # training time spent by this run's stages (cached stages count theirs)
+        self.base_time_s = float("nan")  # the dense base's share of it (the full-size base, once trained or loaded)
         self._charged: set[Path] = set()
         self.fit_extra: dict[str, Any] = {}  # extra bench.train.fit arguments (tests: stop_after)
 
@@ -152,8 +153,11 @@ class RunContext:
         planned = PlannedStage(stage, int(budget["steps"]), 0, self.base_key(task, width, depth))
         size = int(budget["batch_size"])
         self.check_batch(size)
-        self.fit_stage(model, planned, owner="dense", batch_fn=lambda step: task.train_batch(step, size),
-                       seed=self.seed, shard_fn=lambda step, rank, world: task.train_shard(step, size, rank, world))
+        charged = self.train_time_s
+        result = self.fit_stage(model, planned, owner="dense", batch_fn=lambda step: task.train_batch(step, size),
+                                seed=self.seed, shard_fn=lambda step, rank, world: task.train_shard(step, size, rank, world))
+        if (width, depth) == (1.0, 1.0) and self.train_time_s > charged:  # charged now: its first use in this run
+            self.base_time_s = result.time_s
         return model
 
 

@@ -181,6 +181,17 @@ def check_costs(method: Method, model: torch.nn.Module, task: Task, values: list
     return checks
 
 
+def own_training_time(method: Method, run_ctx: RunContext) -> tuple[float, float]:
+    """(seconds of the row's own stages, seconds of the dense base it starts from or NaN), from what the run
+    charged so far: a method fine-tuning the base counts its stages only; the dense base's own row counts it."""
+    plan = method.training_plan
+    if plan is None or plan.starts_from != "base":
+        return run_ctx.train_time_s, math.nan
+    base = run_ctx.base_time_s
+    own = run_ctx.train_time_s - base if any(p.steps for p in plan.stages) else run_ctx.train_time_s
+    return own, base
+
+
 def base_step_s(task: Task, batch_size: int, device: str, steps: int = 5) -> float:
     """Seconds per optimizer step of the task's dense base model on this machine (median of ``steps`` after
     two warm-up steps; the global random state is left as it was)."""
@@ -230,9 +241,9 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     device, precision = run_ctx.device, str(cfg.precision)
     log.info("%s", plan_line(method, task, cfg))
     model = protocol.train(method).to(device).eval()
-    # The row's training time: the stages the method's model is made of (a fine-tuned base counts), not the
-    # dense base loaded below only as the timing's or counting's reference (a static size's run loads it).
-    train_time_s = run_ctx.train_time_s
+    # The row's training time: its own stages (the base's time in its own column when the model starts from
+    # it), not the dense base loaded below only as the timing's or counting's reference.
+    train_time_s, base_time_s = own_training_time(method, run_ctx)
     world = distributed.world()
     if world > 1:
         # Every rank trains what rank 0 will load below (the dense base for timing, a trained reference),
@@ -292,6 +303,7 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
             throughput_ratio=timing.throughput_ratio, timing_rounds=timing.rounds,
             timing_load_avg=load_avg, timing_cpus=os.cpu_count() or 0, code_version=code,
             params=params, train_budget=method.train_budget(), train_time_s=train_time_s,
+            base_train_time_s=base_time_s,
             run_id=row_id, config_hash=chash, command=command, git_sha=sha,
             git_dirty=dirty, versions=provenance.versions(),
             device=provenance.device_name(device), timestamp=provenance.timestamp(), precision=precision,

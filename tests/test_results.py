@@ -63,3 +63,29 @@ def test_the_console_timing_line_says_when_the_ratios_are_noise():
     assert loaded.endswith("(NOISY: timed at load 3.9 on 2 CPUs; re-time on a quiet machine before reading it)")
     wide = Timing(1.0, 0.77, 100.0, 32, latency_b1_ratio=0.23, throughput_ratio=1.0, rounds=3)
     assert "latency IQR 77% of its median" in timing_text(wide, 0.5, 2)
+
+
+def test_a_rows_training_time_is_its_own_stages_and_the_base_has_its_column(tmp_path):
+    import math
+
+    import pandas as pd
+    import torch
+
+    from bench import runner
+    from tests.helpers import compose_tiny
+
+    def stage_seconds(folder):
+        return sum(torch.load(p, weights_only=False)["time_s"] for p in folder.glob("*.pt")
+                   if ".partial" not in p.name)
+
+    cfg = compose_tiny("acm", "parity", tmp_path, "timing=false", "parity.variant=sequence")
+    [path] = runner.run(cfg, "acm", "parity", "test")
+    row = pd.read_csv(path).iloc[0]
+    cache = tmp_path / "cache" / "parity"
+    assert row["base_train_time_s"] == pytest.approx(stage_seconds(cache / "dense"), rel=1e-6)
+    assert row["train_time_s"] == pytest.approx(stage_seconds(cache / "acm"), rel=1e-6)
+    [dense] = runner.run(compose_tiny("dense", "parity", tmp_path, "timing=false"), "dense", "parity", "test")
+    dense_row = pd.read_csv(dense).iloc[0]  # the base's own row: its model is the base
+    assert dense_row["train_time_s"] == pytest.approx(dense_row["base_train_time_s"]) and dense_row["train_time_s"] > 0
+    [scratch] = runner.run(compose_tiny("act", "parity", tmp_path, "timing=false"), "act", "parity", "test")
+    assert math.isnan(pd.read_csv(scratch).iloc[0]["base_train_time_s"])
