@@ -350,10 +350,12 @@ def _dtype(torch, name: str):
     return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
-def run(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = print) -> list[dict]:
-    """Measure every point; returns the rows (nothing written).  Errors: UserError (one line)."""
+def prepare(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = print
+            ) -> tuple[list[Point], dict, float]:
+    """Build the dense backbone and every forced (method, fraction) point and count their MACs (never timed):
+    (points, the fields every row shares, dense MACs per sample).  The dense point comes first; the points'
+    callables must run under ``torch.inference_mode()``.  Errors: UserError (one line)."""
     import copy
-    from types import SimpleNamespace
 
     import torch
 
@@ -368,8 +370,6 @@ def run(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = print) -
     if not gpu:
         torch.set_num_threads(cfg.threads)
     min_run_s = cfg.min_run_s or (0.1 if gpu else 1.0)
-    timer = kernel_bench._timer(SimpleNamespace(device=cfg.device, min_run_s=min_run_s, threads=cfg.threads,
-                                                quick=False), torch)
     torch.manual_seed(cfg.seed)
     backbone: SpeedBackbone = module.build(arch)
     dense = backbone.model.eval()
@@ -426,6 +426,22 @@ def run(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = print) -
                     "executed_fraction": forcer.executed_fraction(model, decisions), "macs_per_sample": logged,
                     "macs_counted_per_sample": counted, "uncounted_ops": ";".join(counter.report.uncounted)}))
                 log(f"{name} f={fraction:g}: {logged / dense_macs:.3f} of dense MACs (counter {counted / dense_macs:.3f})")
+    return points, base, dense_macs
+
+
+def run(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = print) -> list[dict]:
+    """Measure every point; returns the rows (nothing written).  Errors: UserError (one line)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from bench.kernels import bench as kernel_bench
+
+    points, base, dense_macs = prepare(cfg, argv, log)
+    gpu = cfg.device == "cuda"
+    timer = kernel_bench._timer(SimpleNamespace(device=cfg.device, min_run_s=base["min_run_s"],
+                                                threads=cfg.threads, quick=False), torch)
+    with torch.inference_mode():
         rows: list[dict] = []
         if not gpu:
             base["load_before"] = wait_until_quiet(cfg.max_load, cfg.wait_s, log)

@@ -3,6 +3,7 @@
 Here (network for the wheels; the data comes from this machine's Debian packages)::
 
     python scripts/device_pack.py --task imagenet            # writes .device/ (git-ignored)
+    python scripts/device_pack.py --suite                    # what scripts/gpu_suite.py needs: wheels, no data
 
 There, in the repository root of the copy the device tool sends (name ``.device`` in ``carry``)::
 
@@ -404,6 +405,9 @@ def collect(pack_dir: Path, out_dir: Path, *, results: Path = ROOT / "results") 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", action="append", default=[], help=f"repeatable: {', '.join(TASK_DATA)}")
+    parser.add_argument("--suite", action="store_true",
+                        help="pack what scripts/gpu_suite.py needs (the wheels every task needs, no data); "
+                             "with --task, that task's data too")
     parser.add_argument("--out", default=str(ROOT / ".device"), help="the pack's folder (default .device)")
     parser.add_argument("--python", default="3.12", help="the device's CPython version, for the wheels")
     parser.add_argument("--limit-mib", type=float, default=DEVICE_LIMIT_MIB,
@@ -415,20 +419,22 @@ def main(argv: list[str] | None = None) -> int:
                             "OUT/rows.tgz (OUT: the device call's $OUT); untar it in the repository root here")
     args = parser.parse_args(argv)
     try:
-        if (args.unpack or args.collect) and args.task:
-            raise UserError("device_pack: --task packs here; --unpack and --collect run there, without --task")
+        if (args.unpack or args.collect) and (args.task or args.suite):
+            raise UserError("device_pack: --task and --suite pack here; --unpack and --collect run there, "
+                            "without --task")
         if args.collect:
             rows = collect(Path(args.out), Path(args.collect))
             print(f"[device_pack] {args.collect}/rows.tgz: {len(rows)} files" + "".join(f"\n  {r}" for r in rows))
         elif args.unpack:
             for line in unpack(Path(args.unpack), prefix=os.environ.get("DEVICE_PREFIX", "")):
                 print(f"[device_pack] {line}")
-        elif not args.task:
-            raise UserError("device_pack: name at least one --task (" + ", ".join(TASK_DATA) + ")")
+        elif not args.task and not args.suite:
+            raise UserError("device_pack: name at least one --task (" + ", ".join(TASK_DATA) + ") or --suite")
         else:
             manifest = pack(args.task, Path(args.out), python=args.python, limit_mib=args.limit_mib)
             name = Path(args.out).name
-            print(f"[device_pack] {args.out}: {manifest['pack_mib']} MiB for {', '.join(args.task)} "
+            print(f"[device_pack] {args.out}: {manifest['pack_mib']} MiB for "
+                  f"{', '.join(args.task + (['the GPU suite'] if args.suite else []))} "
                   f"(+ {manifest['tree_mib']} MiB of repository files) at {manifest['git_sha'][:12]}"
                   + (" (tracked code differs from it: rows made there will say git_dirty)"
                      if manifest["tree_dirty"] else "")

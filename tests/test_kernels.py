@@ -177,7 +177,7 @@ def test_triton_matches_fp64_cases(case):
 
 
 @pytest.mark.parametrize("activation,bias", [("gelu", True), ("relu", True), ("none", False)])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
 def test_triton_dtypes_activations(activation, bias, dtype):
     acm_triton = _triton_kernel()
     k = ragged_k()
