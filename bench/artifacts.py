@@ -91,6 +91,7 @@ def export(ckpt: Path, key: Any, *, overrides: list[str], command: str, git_sha:
     weights.parent.mkdir(parents=True, exist_ok=True)
     tmp = weights.with_name(f".{weights.name}.{os.getpid()}.tmp")
     save_file({k: v.contiguous() for k, v in state["model"].items()}, str(tmp))
+    os.chmod(tmp, 0o644)  # a committed file, readable by everyone
     os.replace(tmp, weights)
     meta = {"key": key, "overrides": list(overrides), "steps": int(state["steps"]), "time_s": round(float(state["time_s"]), 1),
             "final_loss": float(state["final_loss"]), "command": command, "git_sha": git_sha,

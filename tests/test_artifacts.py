@@ -115,3 +115,7 @@ def test_the_plan_line_names_shipped_cached_and_untrained_stages(tmp_path, shipp
     assert text.startswith("dense base 15 steps (to train)") and steps > 15
     text, _, _ = plan_of("a")  # the cache the base was trained in
     assert text.startswith("dense base 15 steps (cached)")
+
+
+def test_imagenet_seed_0_base_is_shipped():
+    assert any(json.loads(p.read_text())["overrides"][:2] == ["task=imagenet", "seed=0"] for p in SHIPPED)
