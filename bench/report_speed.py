@@ -52,7 +52,7 @@ def not_headline(row) -> str:
     loads += [float(row.get(k, math.nan)) for k in ("load_before", "load_after")]
     worst = max((v for v in loads if v == v), default=math.nan)
     if not worst <= cpus:
-        return f"loaded: 1-minute load average up to {worst:.1f} on {int(cpus)} CPUs"
+        return f"loaded: 1-minute load average up to {worst:.2f} on {int(cpus)} CPUs"
     return ""
 
 

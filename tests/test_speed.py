@@ -249,7 +249,7 @@ def test_the_speed_page_headline_holds_no_loaded_dirty_or_uncounted_rows(tmp_pat
     assert report_speed.not_headline(pd.Series(base)) == ""
     assert report_speed.not_headline(pd.Series({**base, "git_dirty": True})) == "timed from a dirty tree"
     assert report_speed.not_headline(pd.Series({**base, "loadavg_1m": "0.5;4.70"})).startswith(
-        "loaded: 1-minute load average up to 4.7 on 2 CPUs")
+        "loaded: 1-minute load average up to 4.70 on 2 CPUs")
     assert report_speed.not_headline(pd.Series({**base, "load_after": 2.5})).startswith("loaded")
     assert report_speed.not_headline(pd.Series({**base, "cpus": float("nan")})).startswith("CPU count not recorded")
     assert report_speed.not_headline(pd.Series({**base, "device": "cuda", "cpus": float("nan")})) == ""
