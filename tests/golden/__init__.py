@@ -10,8 +10,9 @@ Stored beside the digest are the behaviour versions (:mod:`bench.versions`) of t
 - Versions different: a bump was made; re-record the digest in the same commit:
   ``python -m tests.golden --update`` (all cases) or ``--update acm-imagenet`` (case ids).
 
-Values are compared with a relative tolerance of 1e-4 of each tensor's norm, so that the last bits of float
-arithmetic (thread counts, processors) do not fail the test while any change in training does.
+Values are compared with a relative tolerance of 1e-4 of each module's norm (outputs: 1e-2, see
+:data:`OUTPUT_RTOL`), so that the last bits of float arithmetic (thread counts, processors) do not fail the
+test while any change in training does; it was checked against a re-computation at one thread.
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ import torch
 
 PATH = Path(__file__).resolve().parent / "digests.json"
 RTOL = 1e-4
+# Outputs pass through discrete decisions (a learner count, an exit, a halting step): a token near a tie can
+# flip under another summation order (another thread count or processor) and move its outputs by far more
+# than rounding, while the weights that training produced agree.  Outputs are compared more loosely.
+OUTPUT_RTOL = 1e-2
+# Attention key biases are left out of the module projections: softmax is invariant to them, so their
+# gradient is rounding noise that Adam turns into full-size steps differing between summation orders.
+NOISE_ONLY = (".k.bias",)
 
 
 def case_id(method: str, task: str, variant: tuple[str, ...]) -> str:
@@ -51,6 +59,8 @@ def digest(model: torch.nn.Module, outputs: torch.Tensor, macs: torch.Tensor) ->
     structure = "\n".join(f"{name}:{tuple(t.shape)}:{t.dtype}" for name, t in sorted(state.items()))
     groups: dict[str, list[torch.Tensor]] = {}
     for name, tensor in sorted(state.items()):
+        if name.endswith(NOISE_ONLY):
+            continue
         groups.setdefault(_module(name), []).append(tensor.detach().reshape(-1).to(torch.float64).cpu())
     out = _projection(outputs) if outputs.is_floating_point() else \
         hashlib.sha256(str(outputs.tolist()).encode()).hexdigest()[:16]
@@ -59,9 +69,9 @@ def digest(model: torch.nn.Module, outputs: torch.Tensor, macs: torch.Tensor) ->
             "outputs": out, "macs": _projection(macs)}
 
 
-def _close(a: list[float], b: list[float]) -> bool:
+def _close(a: list[float], b: list[float], rtol: float = RTOL) -> bool:
     scale = max(abs(b[1]), 1e-6)
-    return all(abs(x - y) <= RTOL * scale for x, y in zip(a, b))
+    return all(abs(x - y) <= rtol * scale for x, y in zip(a, b))
 
 
 def differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
@@ -72,7 +82,7 @@ def differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
     if isinstance(current["outputs"], str) or isinstance(stored["outputs"], str):
         if current["outputs"] != stored["outputs"]:
             found.append("the decoded outputs")
-    elif not _close(current["outputs"], stored["outputs"]):
+    elif not _close(current["outputs"], stored["outputs"], OUTPUT_RTOL):
         found.append("the outputs")
     if not _close(current["macs"], stored["macs"]):
         found.append("the per-sample MACs")
