@@ -230,9 +230,15 @@ def plan(method: "Method") -> Plan:
     return Plan(starts_from, parent, budget, batch_size, tuple(planned))
 
 
+def base_stage_name(width: float = 1.0, depth: float = 1.0) -> str:
+    """The cached stage name of the task's dense model at a size (``w1.0-d1.0``: the dense base)."""
+    return f"w{width}-d{depth}"
+
+
 def stage_state(run: "RunContext", owner: str, name: str, key: Any) -> str:
-    """"cached", "shipped" (installed from artifacts/ when needed) or "to train"."""
-    if run.is_cached(owner, name, key):
+    """"cached" (a checkpoint is there; it is checked when loaded), "shipped" (installed from artifacts/ when
+    needed) or "to train".  Only looks for files: nothing is loaded for the plan."""
+    if run.stage_path(owner, name, key).exists():
         return "cached"
     if run.shipped and artifacts.find(run.stage_path(owner, name, key)) is not None:
         return "shipped"
@@ -245,7 +251,7 @@ def describe_plan(method: "Method", the_plan: Plan) -> tuple[str, int]:
     run, task = method.run, method.task
     parts, steps_left = [], 0
     if the_plan.starts_from == "base":
-        state = stage_state(run, "dense", "w1.0-d1.0", the_plan.parent_key)
+        state = stage_state(run, "dense", base_stage_name(), the_plan.parent_key)
         base_steps = int(task.base_budget()["steps"])
         parts.append(f"dense base {base_steps} steps ({state})")
         steps_left += base_steps if state == "to train" else 0

@@ -28,7 +28,7 @@ from torch import nn
 from bench import artifacts, distributed, protocol, train, versions
 from bench.api import Batch, Task, plain  # noqa: F401  (plain: re-exported for methods)
 from bench.errors import UserError
-from bench.protocol import PlannedStage, Stage, StepContext, base_policy, step_seed, task_loss
+from bench.protocol import PlannedStage, Stage, StepContext, base_policy, base_stage_name, step_seed, task_loss
 from bench.results import stable_hash  # the one hash of keys and identities
 
 log = logging.getLogger("bench")
@@ -97,10 +97,9 @@ class RunContext:
         at a barrier)."""
         ckpt = self.stage_path(owner, name, key)
         with stage_lock(ckpt) if distributed.is_main() else contextlib.nullcontext():
-            if distributed.is_main() and self.shipped and not train.is_done(ckpt):
-                shipped = artifacts.find(ckpt)
-                if shipped is not None:
-                    artifacts.install(shipped, ckpt)
+            shipped = artifacts.find(ckpt) if distributed.is_main() and self.shipped else None
+            if shipped is not None and not train.is_done(ckpt):  # a file check first: no load without one
+                artifacts.install(shipped, ckpt)
             distributed.barrier()
             torch.manual_seed(self.seed)
             model.to(self.device)
@@ -149,7 +148,7 @@ class RunContext:
         torch.manual_seed(self.seed)
         model = task.build_backbone(width=width, depth=depth)
         budget = task.base_budget()
-        stage = Stage(f"w{width}-d{depth}", task_loss(task), lr=float(budget["lr"]), policy=base_policy(task))
+        stage = Stage(base_stage_name(width, depth), task_loss(task), lr=float(budget["lr"]), policy=base_policy(task))
         planned = PlannedStage(stage, int(budget["steps"]), 0, self.base_key(task, width, depth))
         size = int(budget["batch_size"])
         self.check_batch(size)

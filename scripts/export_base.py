@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
 
 
 def export(overrides: list[str], *, source: Path | None, command: str, git_sha: str, root: Path | None) -> Path:
-    from bench import artifacts, config, provenance, runner
+    from bench import artifacts, config, protocol, provenance, runner
     from bench.errors import UserError
 
     cfg = config.compose(["method=dense", *overrides])
@@ -34,10 +34,8 @@ def export(overrides: list[str], *, source: Path | None, command: str, git_sha: 
     run, task, method = runner.build(cfg, "dense", task_name)
     width, depth = float(cfg.dense.width), float(cfg.dense.depth)
     if (width, depth) == (1.0, 1.0):
-        key, name = run.base_key(task), "w1.0-d1.0"
+        key, name = run.base_key(task), protocol.base_stage_name()
     else:
-        from bench import protocol
-
         planned = protocol.plan(method).stages[-1]
         key, name = planned.key, planned.stage.name
     ckpt = run.stage_path("dense", name, key)
