@@ -100,6 +100,33 @@ def _load_final_everywhere(ckpt: Path, model: nn.Module, device: str) -> dict | 
     return state
 
 
+def _freeze_all_but(model: nn.Module, params: list[nn.Parameter]) -> list[nn.Parameter]:
+    """Stop gradients to the parameters a stage does not train (returned, to unfreeze after the stage).
+
+    Their gradients were never used (the optimizer, clipping and the all-reduce see ``params`` only), and
+    data-parallel training then syncs exactly the trained parameters, without searching for unused ones."""
+    chosen = {id(p) for p in params}
+    frozen = [p for p in model.parameters() if p.requires_grad and id(p) not in chosen]
+    for p in frozen:
+        p.requires_grad_(False)
+    return frozen
+
+
+def _unfreeze(frozen: list[nn.Parameter]) -> None:
+    for p in frozen:
+        p.requires_grad_(True)
+
+
+def _check_every_parameter_trained(model: nn.Module, params: list[nn.Parameter], desc: str) -> None:
+    """After the first step's backward: a trained parameter without a gradient is a stage that declares
+    more than it trains (data-parallel training would stop at the next step); name them."""
+    idle = {id(p) for p in params if p.grad is None}
+    if idle:
+        names = [name for name, p in model.named_parameters() if id(p) in idle]
+        raise RuntimeError(f"stage {desc}: {len(names)} trained parameters get no gradient ({', '.join(names[:4])}"
+                           f"{', ...' if len(names) > 4 else ''}); leave them out with the Stage's params")
+
+
 def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[nn.Module, Batch], Tensor],
         *, steps: int, lr: float, ckpt: Path, desc: str, params: Iterable[nn.Parameter] | None = None,
         weight_decay: float = 0.0, grad_clip: float | None = 1.0, warmup: int = 0,
@@ -148,12 +175,13 @@ def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[n
         if "scaler" in state:
             scaler.load_state_dict(state["scaler"])
     target: Any = model
+    frozen = _freeze_all_but(model, params)  # before DDP, which syncs the parameters that require grad
     ddp = None
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
         index = [torch.device(device).index or 0] if device.startswith("cuda") else None
-        ddp = DistributedDataParallel(model, device_ids=index, find_unused_parameters=True)
+        ddp = DistributedDataParallel(model, device_ids=index)  # every trained parameter is used (checked)
         target = _Replica(ddp)
     pending: list[Tensor] = []  # step losses not yet read back from the device
 
@@ -202,6 +230,8 @@ def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[n
                             loss = loss * (len(part) / len(shard))  # the mean over the rank's rows
                         scaler.scale(loss).backward()
                     step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
+                if step == start:
+                    _check_every_parameter_trained(model, params, desc)
                 if ddp is not None and target.forwards == 0:  # no forward through DDP: average explicitly
                     distributed.all_reduce_grads(params)
                 if grad_clip:
@@ -232,6 +262,8 @@ def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[n
         save_partial(step)
         progress.close()
         raise Interrupted(desc, step, steps, partial) from None
+    finally:
+        _unfreeze(frozen)
     progress.close()
     flush()
     model.eval()

@@ -51,3 +51,32 @@ def test_finished_stage_is_loaded_not_retrained(tmp_path):
     assert result.resumed_from == 5
     for p, q in zip(model.state_dict().values(), other.state_dict().values()):
         torch.testing.assert_close(p, q)
+
+
+def test_a_trained_parameter_without_gradient_is_named_at_the_first_step(tmp_path):
+    """Data-parallel training syncs exactly the trained parameters, so a stage that declares one its loss never
+    reaches stops at the first step, naming it (not after hours, on the next step of a DDP run)."""
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2), nn.Linear(2, 2))  # the last one is unused
+
+    def loss(m, batch):
+        return nn.functional.cross_entropy(m[2](m[1](m[0](batch.x))), batch.y)
+
+    with pytest.raises(RuntimeError, match=r"stage d: 2 trained parameters get no gradient \(3.weight, 3.bias\)"):
+        train.fit(model, _data, loss, steps=3, lr=1e-2, ckpt=tmp_path / "d.pt", desc="d")
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_parameters_a_stage_does_not_train_get_no_gradient_and_are_unfrozen_after(tmp_path):
+    model = _model()
+    first, last = list(model[0].parameters()), list(model[2].parameters())
+    seen = []
+
+    def loss(m, batch):
+        seen.append([p.requires_grad for p in m.parameters()])
+        return _loss(m, batch)
+
+    before = [p.detach().clone() for p in first]
+    train.fit(model, _data, loss, steps=3, lr=1e-2, ckpt=tmp_path / "e.pt", desc="e", params=last)
+    assert seen[0] == [False, False, True, True]
+    assert all(torch.equal(p, q) for p, q in zip(first, before))
+    assert all(p.requires_grad for p in model.parameters())

@@ -94,6 +94,7 @@ def test_torchrun_two_processes_write_one_row(tmp_path):
            "-m", "bench", "run", *overrides]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "find_unused_parameters" not in done.stderr, "every trained parameter is used: DDP must not search"
     rows = sorted((tmp_path / "results" / "imagenet" / "acm").glob("*.csv"))
     assert len(rows) == 1, rows
     assert len(list(rows[0].parent.glob("*.samples.csv.gz"))) == 1

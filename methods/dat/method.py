@@ -105,7 +105,7 @@ class DAT(Method):
         return [
             Stage("aligned", self._aligned_stage_loss, lr=float(c.lr), share=aligned_share,
                   config={"halting": str(c.halting)}, policy=policy, skip=aligned_share == 0.0,
-                  finish=self.task.configure),
+                  params=_all_but_halting, finish=self.task.configure),
             Stage(f"exit-{c.halting}-{c.oracle}-l{c.lam:g}-s{c.sigma:g}-a{c.alpha:g}", self._exit_stage_loss,
                   lr=float(c.lr), share=1.0 - aligned_share, config=exit_cfg, policy=policy,
                   skip=confidence or aligned_share == 1.0, finish=self.task.configure),
@@ -163,3 +163,8 @@ class DAT(Method):
             return "halting=confidence;aligned-uniform"
         return (f"halting={c.halting};oracle={c.oracle};lam={c.lam:g};sigma={c.sigma:g};alpha={c.alpha:g};"
                 "aligned-uniform")
+
+
+def _all_but_halting(model: nn.Module) -> list[nn.Parameter]:
+    """What the aligned stage trains: the decoder and its classifiers (the halting units wait for the exit stage)."""
+    return [p for name, p in model.named_parameters() if not name.startswith("halt.")]
