@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import results
+from bench import results, stats
 
 BUDGETS = (0.25, 0.50, 0.75, 1.00)  # fractions of the dense base model's cost
 # "Reaches dense quality" tolerance δ, in the metric's units: half a point on the metric's own scale, that is
@@ -66,28 +66,46 @@ def pareto_mask(cost, quality, higher_is_better: bool = True) -> np.ndarray:
 
 
 def upper_hull(cost, quality, higher_is_better: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """The monotone upper frontier of a set of points, as vertices (cost ascending, quality).
+    """The upper concave hull of a set of points, as vertices (cost ascending, quality).
 
-    Definition used throughout this module: the Pareto points (duplicates merged) sorted by cost and
-    joined by straight segments -- not the convex hull and not a step function.  A segment is
-    achievable: running the two end configurations on a random mix of samples gives, in expectation,
-    every point of the line between them.  If the costliest measured point is dominated, the hull is
-    continued flat from the last Pareto point to that cost (any budget in between affords the last
-    Pareto point, so nothing is extrapolated).  The hull therefore spans exactly [min cost, max cost]
-    of the finite points, and its quality never gets worse as cost grows.  Empty arrays if no point
-    is finite.
+    Definition used throughout this module: the smallest concave, non-decreasing (in goodness) line over the
+    Pareto points (duplicates merged), from the cheapest Pareto point on -- so a point on or below the chord
+    of two others is not a vertex.  A segment is achievable: running its two end configurations on a random
+    mix of samples gives, in expectation, every point of the line between them, so the hull is the best
+    quality a budget buys by mixing measured configurations.  If the costliest measured point is dominated,
+    the hull is continued flat from the last vertex to that cost (any budget in between affords that vertex,
+    so nothing is extrapolated).  The hull therefore spans exactly [min cost, max cost] of the finite points.
+    Empty arrays if no point is finite.
     """
     c = np.asarray(cost, dtype=float)
     q = np.asarray(quality, dtype=float)
     mask = pareto_mask(c, q, higher_is_better)
     if not mask.any():
         return np.empty(0), np.empty(0)
-    hull_c, index = np.unique(c[mask], return_index=True)  # Pareto costs are unique up to duplicates
-    hull_q = q[mask][index]
+    front_c, index = np.unique(c[mask], return_index=True)  # Pareto costs are unique up to duplicates
+    front_q = q[mask][index]
+    keep = concave_vertices(front_c, _goodness(front_q, higher_is_better))
+    hull_c, hull_q = front_c[keep], front_q[keep]
     max_cost = float(np.nanmax(np.where(np.isfinite(q), c, np.nan)))
     if max_cost > hull_c[-1]:
         hull_c, hull_q = np.append(hull_c, max_cost), np.append(hull_q, hull_q[-1])
     return hull_c, hull_q
+
+
+def concave_vertices(cost: np.ndarray, goodness: np.ndarray) -> list[int]:
+    """Indices of the vertices of the upper concave chain through points sorted by cost (a monotone-chain
+    scan): a point on or below the chord joining its neighbours on the chain is dropped."""
+    chain: list[int] = []
+    for i in range(len(cost)):
+        while len(chain) >= 2:
+            a, b = chain[-2], chain[-1]
+            # b is not above the chord a -> i: (g_b - g_a)(c_i - c_a) <= (g_i - g_a)(c_b - c_a)
+            if (goodness[b] - goodness[a]) * (cost[i] - cost[a]) <= (goodness[i] - goodness[a]) * (cost[b] - cost[a]):
+                chain.pop()
+            else:
+                break
+        chain.append(i)
+    return chain
 
 
 def _in_range(x: float, lo: float, hi: float) -> bool:
@@ -461,8 +479,6 @@ def attach_uncertainty(view: TaskView, results_dir) -> TaskView:
     """Bootstrap the view's rows (bench.stats.rows_uncertainty) and add to its points the 95% CI of each
     seed mean (``ci_lo``/``ci_hi``) and the share of resamples in which the point is on the task's
     Pareto front (``front_share``)."""
-    from bench import stats
-
     view.unc = stats.rows_uncertainty(view.rows, results_dir)
     _add_point_intervals(view)
     return view
@@ -581,9 +597,7 @@ def summarize(view: TaskView):
             line[f"q@{budget:.0%}"] = quality_at_budget(c, q, budget, hib)
             line[f"ci@{budget:.0%}"] = (math.nan, math.nan)
             if draws and all(d is not None for d in draws) and math.isfinite(line[f"q@{budget:.0%}"]):
-                from bench.stats import interval
-
-                line[f"ci@{budget:.0%}"] = interval(hull_draws(c, q, np.stack(draws), budget, hib))
+                line[f"ci@{budget:.0%}"] = stats.interval(hull_draws(c, q, np.stack(draws), budget, hib))
         line["reach"] = cost_to_reach(c, q, target, hib)
         line["auc"] = normalized_auc(c, q, *view.common, hib) if view.common else math.nan
         line["hv"] = hypervolume(c, q, REFERENCE_COST, ref_q, hib)
@@ -611,14 +625,17 @@ def _with_ci(value, ci, spec: str = ".4f") -> str:
 def points_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
     """One line per point (curve, knob value): cost, seed mean with its bootstrap 95% CI over test
     examples, the seed range, and the share of resamples in which the point is on the task's front."""
-    header = ["method", "knob", "% dense", f"{view.metric} (seed mean) [95% CI]", "seeds", "seed range",
-              "on the front (share of resamples)"]
+    header = ["method", "knob", "% dense", f"{view.metric} (seed mean) [95% CI]", "examples only [95% CI]", "seeds",
+              "seed range", "on the front (share of resamples)"]
     table = []
     for r in view.points.to_dict("records"):
         spread = f"{r['q_min']:.4f} – {r['q_max']:.4f}" if r["n_seeds"] > 1 else NA
         share = r.get("front_share", math.nan)
+        examples = view.unc.example_ci(r["keys"]) if view.unc is not None else (math.nan, math.nan)
         table.append([r["curve"], f"{r['knob_name']}={knob_label(r['knob_value'])}", _num(100 * r["frac"], ".1f", "%"),
                       _with_ci(r["quality"], (r.get("ci_lo", math.nan), r.get("ci_hi", math.nan))),
+                      _with_ci(r["quality"], examples) if r["n_seeds"] >= stats.MIN_SEEDS else "(the same: "
+                      f"{r['n_seeds']} seed{'s' if r['n_seeds'] > 1 else ''})",
                       str(r["n_seeds"]), spread, _num(100 * share, ".0f", "%")])
     return header, table
 
@@ -767,21 +784,23 @@ def disjoint_ranges(view: TaskView) -> str:
 
 
 def _header(results_dir: str, n_rows: int) -> list[str]:
-    from bench import stats
-
     refs = ", ".join(f"{k}: {v:g}" for k, v in REFERENCE_POINTS.items())
     return [
         "Generated by `python -m bench report` from the result rows under "
         f"`{results_dir}/` ({n_rows} rows after keeping the latest run of each point).",
-        f"Uncertainty: [95% CI] = bootstrap over test examples ({stats.N_RESAMPLES} resamples, percentile, "
-        "paired: every row of a section is resampled with the same example indices; `scipy.stats.bootstrap`; "
-        "parity generates each seed's test set from the seed, so there the rows of one seed share examples), of the "
-        "seed mean for points; the seed range is shown beside it. The CI covers the test set only, not the "
-        "choice of seed. Quality at a budget is bootstrapped on the method's hull as drawn from the seed means "
-        "(every resample is read on the same hull points, so a measured point keeps its own CI).",
+        f"Uncertainty: [95% CI] = two-level bootstrap of the seed mean ({stats.N_RESAMPLES} resamples, percentile; "
+        "`scipy.stats.bootstrap`): the training seeds are resampled, then the test examples within each resampled "
+        "seed (paired: every row of a section, each seed of a point included, is resampled with the same example indices; parity generates each "
+        "seed's test set from the seed, so there the rows of one seed share examples), so the CI covers the choice "
+        f"of seed as well as the test set. With fewer than {stats.MIN_SEEDS} seeds the seed level is not estimated "
+        "and the CI covers the test examples only; the points table shows the examples-only CI beside the two-level "
+        "one, and the seed range. Quality at a budget is bootstrapped on the method's hull as drawn from the seed "
+        "means (every resample is read on the same hull points, so a measured point keeps its own CI). How and "
+        "why: docs/measurement.md.",
         "Cost = mean MACs per sample (GMACs = the vision papers' \"GFLOPs\"); % = of the task's dense base model.",
         "Points = seed means per knob value. Quality at 25/50/75/100% of dense cost is interpolated on each "
-        "method's upper hull (Pareto points joined linearly, continued flat to its costliest point), never "
+        "method's upper concave hull (a point below the chord of two others is not a vertex; continued flat to its "
+        "costliest point), never "
         f"extrapolated ({NA} = outside the measured range). Cost to reach dense quality uses δ = half a point on "
         f"the metric's scale (each task's section gives it): {DELTA:g} for rates in [0, 1] (0.5 pp of accuracy or "
         "WER), " + ", ".join(f"{v:g} for {k}" for k, v in DELTA_BY_METRIC.items()) + " (0-100 scale).",

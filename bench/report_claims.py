@@ -29,25 +29,48 @@ RULES = [
     "examples). With Δ = how much better A is than B (the metric's direction applied) and the check's "
     "margin m, the verdict is **holds** when the whole 95% CI of Δ lies above m, **does not hold** when it lies "
     "below m, and **inconclusive** when it contains m. A threshold check works the same way on a point's quality.",
-    "* **Seeds.** The CI covers the test set, not the training seed. Each comparison is computed per seed "
-    "(seed s of A against seed s of B, a hull of seed s read at that seed's own cost), and the pooled Δ is the "
-    "mean of the per-seed Δs over the seeds both sides have (the A and B columns average the same seeds, so "
-    "Δ = A − B in the metric's direction); its CI is that mean's bootstrap. A verdict that a seed "
-    "contradicts is downgraded to inconclusive (\"seeds disagree\"): an ordering or threshold that any seed's own "
-    "value contradicts is not established, however narrow the pooled CI. So is one that a seed of either side "
-    "cannot be checked on (its rows lack a point the comparison needs, or its own hull does not reach the cost; "
-    "the per-seed column shows it as —).",
+    "* **Seeds.** Each comparison is computed per seed (seed s of A against seed s of B, a hull of seed s read at "
+    "that seed's own cost), and the pooled Δ is the mean of the per-seed Δs over the seeds both sides have (the A "
+    "and B columns average the same seeds, so Δ = A − B in the metric's direction). Its CI is two-level: "
+    "`scipy.stats.bootstrap` resamples the seeds, and each resampled seed brings a resample of its test examples, "
+    "so the CI covers the training seed as well as the test set; the \"examples only\" column holds the CI with the "
+    f"seeds fixed. With fewer than {stats.MIN_SEEDS} seeds the seed level is not estimated (both CIs are the "
+    "examples-only one, and the detectable effect says so). With few seeds the percentile bootstrap cannot reach "
+    "beyond the seeds it has seen (its seed-level spread is too narrow), so a verdict also needs the t-interval over "
+    "the per-seed values (`scipy.stats.t`, the seeds as the unit; each seed's value carries its own test-set noise) "
+    "to exclude the margin, or it is inconclusive. On top, a verdict that a seed's own Δ contradicts is "
+    "downgraded to inconclusive (\"seeds disagree\"), and so is one that a seed of either side cannot be checked on "
+    "(its rows lack a point the comparison needs, or its own hull does not reach the cost; the per-seed column "
+    "shows it as —).",
     "* **BLEU.** A point-against-point comparison on BLEU also runs sacreBLEU's own paired bootstrap test "
     "(`sacrebleu.significance.PairedTest`, 1000 resamples) for every seed pair; with margin 0, a verdict that any "
     "seed's test does not support at p < 0.05 is downgraded to inconclusive.",
-    "* At a budget, a method's quality is read on its hull: its Pareto points joined by straight lines (a "
-    "segment is reached by running its two end points on shares of the inputs), so between two measured points "
-    "the value is an interpolation. Each seed's hull is chosen on that seed's own points, and every bootstrap "
-    "resample is read on that same line: the CI is that of the value printed, conditional on the points chosen "
-    "(which points are on the front is the leaderboard's \"on the front\" share). The \"hull read between\" "
-    "column names the vertices of the seed means' hull, as a guide; a seed's own hull can differ. A budget "
-    "outside a "
-    "method's measured cost range is \"not measured\" (inconclusive): hulls are never extrapolated.",
+    "* At a budget, a method's quality is read on its upper concave hull: the smallest concave line over its Pareto "
+    "points (a point on or below the chord of two others is not a vertex; a segment is reached by running its two "
+    "end points on shares of the inputs), so between two vertices the value is an interpolation. Each seed's hull "
+    "is chosen on that seed's own points (on the test split: the rows carry no validation-split metric yet), and "
+    "every bootstrap resample is read on that same line: the CI is that of the value printed, conditional on the "
+    "vertices chosen (which points are on the front is the leaderboard's \"on the front\" share). The \"hull read "
+    "between\" column names the vertices of the seed means' hull, as a guide; a seed's own hull can differ. A budget "
+    "outside a method's measured cost range is \"not measured\" (inconclusive): hulls are never extrapolated.",
+    "* **Multiple comparisons.** Each line has a two-sided bootstrap p-value of \"Δ equals what the line needs\" "
+    "(twice the smaller share of its two-level draws on either side, as (k + 1)/(B + 1)), or, with enough seeds, "
+    "the t-test's over the per-seed values (`scipy.stats.ttest_1samp`) where that is larger. A check's p is the "
+    "largest of its lines' where its verdict needs every line, the smallest times the number of lines where one "
+    "line settles it, and its deciding line's when it is inconclusive. The family is every tested check on this "
+    "page; Holm–Bonferroni (`statsmodels.stats.multitest.multipletests`, 5%) keeps a check's verdict when it "
+    "rejects, and makes it inconclusive otherwise. The summary's \"Holm-adjusted\" column is the claim's verdict "
+    "from its adjusted checks.",
+    "* **Detectable effect.** Beside each line: the smallest distance from what the line needs that its test "
+    "would detect with 80% power at the 5% level: (z₀.₉₇₅ + z₀.₈) × the standard deviation of its two-level draws "
+    "(`statsmodels.stats.power.NormalIndPower`), or, with enough seeds, the t-test's over the per-seed values "
+    "(`TTestPower` at that many seeds × their standard deviation) where that is larger, since a verdict needs "
+    "both. An inconclusive line whose Δ lies nearer the margin than this "
+    "could not have been decided by this many seeds and examples.",
+    "* **Degenerate models.** A point whose every seed outputs one label, or whose accuracy is not above the share "
+    "of the test set's most frequent label (each seed's CI reaches it), is marked; a check that such a baseline "
+    "\"fails\" says so (\"degenerate\"), and the summary flags the claim: the baseline learned nothing, so its "
+    "failure says nothing about the architecture.",
     "* **Points compared** lists, per training-protocol version (rows without a `protocol` column are version 1), "
     "the points a claim's checks compared, counted by the seeds they have rows for.",
     "* A check over several budgets or points holds when all of them hold (quantifier \"all\"; it does not hold "
@@ -56,9 +79,55 @@ RULES = [
     "is a claim with such a check that no other check refutes.",
     "* **Deciding line** (the summary): in each check, among the lines with the check's verdict, the weakest for "
     "quantifier \"all\" and the strongest for \"any\", by the centre of the line's CI against what it needs (so a "
-    "check that does not hold with \"any\" shows its line closest to holding), in the first check whose verdict "
-    "is the claim's.",
+    "check that does not hold with \"any\" shows its line closest to holding); across the checks whose verdict is "
+    "the claim's (a claim needs every check), the weakest -- for a claim that does not hold, the clearest failure "
+    "-- ranked by that distance in units of each line's CI half-width.",
 ]
+
+
+@dataclass
+class Side:
+    """One side of a comparison over its seeds: the seed mean, its two-level draws and its draws over test
+    examples only (None when a seed's row has no per-sample file)."""
+
+    value: float = math.nan
+    draws: np.ndarray | None = None
+    examples: np.ndarray | None = None
+    seeds: int = 0
+
+    @classmethod
+    def over(cls, values: list[float], draws: list[np.ndarray | None]) -> "Side":
+        if any(d is None for d in draws):
+            return cls(float(np.mean(values)), None, None, len(values))
+        stacked = np.stack(draws)
+        return cls(float(np.mean(values)), stats.seed_level(stacked), stacked.mean(axis=0), len(values))
+
+
+@dataclass
+class Test:
+    """What a line's draws say beyond its interval: the interval over test examples only (seeds fixed), the
+    two-sided bootstrap p-value of "Δ equals what the line needs", and the minimum detectable effect."""
+
+    ex_lo: float = math.nan
+    ex_hi: float = math.nan
+    p: float = math.nan
+    mde: float = math.nan
+    seeds: int = 0
+
+    @classmethod
+    def of(cls, draws: np.ndarray, example_draws: np.ndarray, need: float, seed_values: list[float]) -> "Test":
+        """From the line's two-level and examples-only draws and its per-seed values; the p-value and the
+        detectable effect are the larger of the bootstrap's and, with enough seeds, the t-test's over the seeds
+        (a verdict needs both)."""
+        ex_lo, ex_hi = stats.interval(example_draws)
+        p, seed_p = stats.p_value(draws, need), stats.seed_level_p(seed_values, need)
+        mde, seed_mde = stats.min_detectable_effect(draws), stats.seed_level_mde(seed_values)
+        return cls(ex_lo, ex_hi, max(p, seed_p) if math.isfinite(seed_p) else p,
+                   max(mde, seed_mde) if math.isfinite(seed_mde) else mde, len(seed_values))
+
+    @property
+    def seed_level(self) -> bool:
+        return self.seeds >= stats.MIN_SEEDS
 
 
 @dataclass
@@ -77,6 +146,7 @@ class Item:
     # the 95% CI's ends minus what the line needs, signed so that positive is towards "holds" (nan: not measured)
     slack: tuple[float, float] = (math.nan, math.nan)
     hull: str = ""  # budget checks: the measured points each side's hull value lies between
+    test: Test = field(default_factory=Test)
 
     @property
     def centre_slack(self) -> float:
@@ -91,6 +161,27 @@ class CheckResult:
     verdict: str
     header: tuple[str, str] = ("a", "b")
     points: tuple[tuple[str, ...], ...] = ()  # the row keys of each point the check read (one per seed)
+    adjusted: str = ""  # the verdict after Holm's correction over the claims page (set by :func:`adjust`)
+    p_adjusted: float = math.nan
+
+    @property
+    def p(self) -> float:
+        """The p-value of the check's own verdict from its lines' bootstrap p-values: a verdict that needs every
+        line (holds under "all", does not hold under "any") takes the largest (an intersection-union test);
+        one that a single line settles takes the smallest times the number of lines (Bonferroni); an
+        inconclusive check takes its deciding line's.  NaN when nothing was tested."""
+        values = [it.test.p for it in self.items if math.isfinite(it.test.p)]
+        if not values or self.verdict == UNTESTED:
+            return math.nan
+        every = (self.verdict == HOLDS) == (self.quantifier == "all")
+        if self.verdict == UNSURE:
+            line = self.deciding_item()
+            return line.test.p if line is not None else math.nan
+        if every:
+            return max(it.test.p for it in self.items if it.verdict == self.verdict and math.isfinite(it.test.p)) \
+                if any(it.verdict == self.verdict and math.isfinite(it.test.p) for it in self.items) else math.nan
+        deciding = [it.test.p for it in self.items if it.verdict == self.verdict and math.isfinite(it.test.p)]
+        return min(1.0, min(deciding) * len(self.items)) if deciding else math.nan
 
     def deciding_item(self) -> Item | None:
         """The line that settles the check's verdict: among the lines with that verdict, the weakest one for
@@ -111,6 +202,16 @@ class ClaimResult:
     checks: list[CheckResult] = field(default_factory=list)
     verdict: str = UNTESTED
     reason: str = ""
+
+    @property
+    def adjusted(self) -> str:
+        """The claim's verdict from its checks' Holm-adjusted verdicts."""
+        return combine([c.adjusted or c.verdict for c in self.checks]) if self.checks else self.verdict
+
+    @property
+    def flags(self) -> list[str]:
+        """Lines whose verdict stands on a degenerate model (one that learned nothing)."""
+        return [f"{it.where}: {it.reason}" for c in self.checks for it in c.items if it.reason.startswith("degenerate")]
 
     @property
     def evidence(self) -> str:
@@ -209,6 +310,10 @@ def seed_check(result: str, per_seed: dict[int, float], need: float) -> tuple[st
         return UNSURE, "seeds disagree"
     if result == FAILS and any(v >= need for v in values):
         return UNSURE, "seeds disagree"
+    if result in (HOLDS, FAILS) and len(values) >= stats.MIN_SEEDS:
+        lo, hi = stats.mean_interval(values)  # the seeds as the unit: a t-interval over the per-seed values
+        if lo <= need <= hi:
+            return UNSURE, f"t-interval over the seeds [{lo:+.4f}, {hi:+.4f}] contains {need:+g}"
     return result, ""
 
 
@@ -302,6 +407,29 @@ def constant_prediction(view: TaskView, keys) -> str:
             if outputs else "")
 
 
+def majority_share(view: TaskView, keys) -> str:
+    """A note when a classifier is no better than always predicting the test set's most frequent label
+    (every seed's example-level 95% CI reaches down to that label's share); "" otherwise."""
+    if view.metric not in ("accuracy", "top1") or view.unc is None:
+        return ""
+    shares = []
+    for key in keys:
+        samples = view.unc.samples.get(key)
+        if samples is None or "target" not in samples.columns or key not in view.unc.low:
+            return ""
+        share = float(samples["target"].value_counts(normalize=True).max())
+        if view.unc.low[key] > share:
+            return ""
+        shares.append(share)
+    return f"no better than always predicting the most frequent label ({max(shares):.4f} of the test set)"
+
+
+def degenerate(view: TaskView, keys) -> str:
+    """Why a point learned nothing (one output for every example, or no better than the constant predictor
+    of the most frequent label), or ""."""
+    return constant_prediction(view, keys) or majority_share(view, keys)
+
+
 def _reaches(view: TaskView, check: Reaches) -> CheckResult:
     pts = select_points(view, check.select)
     hib = view.higher_is_better
@@ -323,13 +451,20 @@ def _reaches(view: TaskView, check: Reaches) -> CheckResult:
             result, reason = seed_check(result, per_seed, need)
         slack = (need - ghi, need - glo) if check.fails else (glo - need, ghi - need)
         word = ("worse than" if check.fails else "at least") if hib else ("above" if check.fails else "at most")
+        test = Test()
+        if draws is not None:
+            test = Test.of(_goodness(draws, hib), _goodness(view.unc.example_draws(point["keys"]), hib), need,
+                           list(per_seed.values()))
+        learned = degenerate(view, point["keys"])
+        if learned and check.fails and result == HOLDS:  # "the baseline fails" of a model that learned nothing
+            reason = f"degenerate: {learned}"
         items.append(Item(
             where=f"{point['curve']} {point['knob_name']}={knob_label(point['knob_value'])} ({100 * point['frac']:.1f}%)",
-            a=ci_text(point["quality"], lo, hi) + _note(constant_prediction(view, point["keys"])), b="",
+            a=ci_text(point["quality"], lo, hi) + _note(learned), b="",
             delta=g, lo=glo, hi=ghi,
             need=f"{word} {check.threshold:g}",
             seeds=", ".join(f"s{s}: {float(_goodness(v, hib)):.4f}" for s, v in sorted(per_seed.items())),
-            verdict=result, reason=reason, slack=slack))
+            verdict=result, reason=reason, slack=slack, test=test))
     title = check.title or (f"{check.select.name} {'fails' if check.fails else 'reaches'}: "
                             f"{view.metric} {'below' if check.fails == hib else 'above'} {check.threshold:g}")
     return CheckResult(title, check.quantifier, items, combine([i.verdict for i in items], check.quantifier),
@@ -407,47 +542,46 @@ def beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
             return (entry[0], row_draws(entry[1])) if entry else (math.nan, None)
         return seed_hull(b_seeds, seed, x)
 
-    def pooled(pairs: dict[int, tuple]) -> tuple[float, np.ndarray | None, float, np.ndarray | None, dict]:
-        """Per seed s a pair (A_s, its draws, B_s, its draws) -> the seed means of A and B over the seeds where
-        both are measured (so Δ is the mean of the per-seed Δs, and both sides average the same seeds), their
-        draws (None unless every such seed has them) and the per-seed Δs (NaN: that seed not compared)."""
+    def pooled(pairs: dict[int, tuple]) -> tuple[Side, Side, dict]:
+        """Per seed s a pair (A_s, its draws, B_s, its draws) -> A and B over the seeds where both are
+        measured (so Δ is the mean of the per-seed Δs, and both sides average the same seeds, in seed order,
+        so their two-level draws resample the same seeds) and the per-seed Δs (NaN: that seed not compared)."""
         per_seed = {s: (float(_goodness(qa, hib) - _goodness(qb, hib)) if math.isfinite(qa) and math.isfinite(qb)
                         else math.nan) for s, (qa, _, qb, _) in pairs.items()}
         both = [pairs[s] for s, v in per_seed.items() if math.isfinite(v)]
-
-        def mean(values, draws):
-            return float(np.mean(values)), (None if any(d is None for d in draws) else np.mean(draws, axis=0))
-
         if not both:  # nothing compared: A's own value (over its measured seeds) for the record
             measured = [p for p in pairs.values() if math.isfinite(p[0])]
-            qa, da = mean([p[0] for p in measured], [p[1] for p in measured]) if measured else (math.nan, None)
-            return qa, da, math.nan, None, per_seed
-
-        qa, da = mean([p[0] for p in both], [p[1] for p in both])
-        qb, db = mean([p[2] for p in both], [p[3] for p in both])
-        return qa, da, qb, db, per_seed
+            a = Side.over([p[0] for p in measured], [p[1] for p in measured]) if measured else Side()
+            return a, Side(), per_seed
+        return (Side.over([p[0] for p in both], [p[1] for p in both]),
+                Side.over([p[2] for p in both], [p[3] for p in both]), per_seed)
 
     def item(where, pairs, extra="", pvalues=(), hull="", a_note="") -> Item:
-        qa, da, qb, db, per_seed = pooled(pairs)
-        delta = float(_goodness(qa, hib) - _goodness(qb, hib)) if math.isfinite(qa) and math.isfinite(qb) else math.nan
+        a, b, per_seed = pooled(pairs)
+        delta = float(_goodness(a.value, hib) - _goodness(b.value, hib)) if math.isfinite(a.value) and \
+            math.isfinite(b.value) else math.nan
         lo = hi = math.nan
-        if da is not None and db is not None:
-            lo, hi = stats.interval(_goodness(da, hib) - _goodness(db, hib))
+        test = Test()
+        if a.draws is not None and b.draws is not None:
+            diff = _goodness(a.draws, hib) - _goodness(b.draws, hib)
+            lo, hi = stats.interval(diff)
+            test = Test.of(diff, _goodness(a.examples, hib) - _goodness(b.examples, hib), check.margin,
+                           [v for v in per_seed.values() if math.isfinite(v)])
         result = verdict(lo, hi, check.margin) if math.isfinite(delta) else UNSURE
         reason = "" if math.isfinite(delta) else "not measured at this cost"
         if math.isfinite(delta):
             result, reason = seed_check(result, per_seed, check.margin)
-            if da is None or db is None:
+            if a.draws is None or b.draws is None:
                 reason = "no CI: a compared row has no per-sample file"
         if result != UNSURE and check.margin == 0 and pvalues and any(p >= 0.05 for p in pvalues):
             result, reason = UNSURE, "sacreBLEU paired test p ≥ 0.05"
-        a_lo, a_hi = stats.interval(da) if da is not None else (math.nan, math.nan)
-        b_lo, b_hi = stats.interval(db) if db is not None else (math.nan, math.nan)
+        a_lo, a_hi = stats.interval(a.draws) if a.draws is not None else (math.nan, math.nan)
+        b_lo, b_hi = stats.interval(b.draws) if b.draws is not None else (math.nan, math.nan)
         need = (f"Δ > {check.margin:+g}" if check.margin else "Δ > 0")
-        return Item(where, ci_text(qa, a_lo, a_hi) + _note(a_note), ci_text(qb, b_lo, b_hi) + b_note, delta, lo,
-                    hi, need,
+        return Item(where, ci_text(a.value, a_lo, a_hi) + _note(a_note), ci_text(b.value, b_lo, b_hi) + b_note, delta,
+                    lo, hi, need,
                     ", ".join(f"s{s}: {v:+.4f}" if math.isfinite(v) else f"s{s}: {NA}" for s, v in sorted(per_seed.items())),
-                    result, reason, extra, (lo - check.margin, hi - check.margin), hull)
+                    result, reason, extra, (lo - check.margin, hi - check.margin), hull, test)
 
     if check.budgets:
         for x in check.budgets:
@@ -514,8 +648,9 @@ def _increases(view: TaskView, check: Increases) -> CheckResult:
                             batch=50, confidence_level=stats.CONFIDENCE, method="percentile",
                             random_state=np.random.default_rng(stats.RANDOM_SEED))
             lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+            test = Test.of(res.bootstrap_distribution, res.bootstrap_distribution, 0.0, [rho])
             items.append(Item(where, f"Spearman ρ({check.y}, {check.x}) = {ci_text(rho, lo, hi, '.3f')}", "", rho,
-                              lo, hi, "ρ > 0", "", verdict(lo, hi, 0.0), slack=(lo, hi)))
+                              lo, hi, "ρ > 0", "", verdict(lo, hi, 0.0), slack=(lo, hi), test=test))
     title = check.title or f"{check.select.name}: {check.y} increases with {check.x}"
     return CheckResult(title, check.quantifier, items, combine([i.verdict for i in items], check.quantifier),
                        points=_point_keys(pts))
@@ -540,19 +675,44 @@ def evaluate(claim: Claim, views: list[TaskView], results_dir) -> ClaimResult:
     return out
 
 
+def adjust(claim_results: list[ClaimResult]) -> int:
+    """Holm–Bonferroni over every tested check of the claims page (the family): a check keeps its verdict
+    ("holds" or "does not hold") when Holm rejects "Δ equals what it needs" at 5%, and is inconclusive
+    otherwise.  Returns the family's size."""
+    checks = [c for r in claim_results for c in r.checks]
+    reject, adjusted = stats.holm([c.p for c in checks])
+    for check, rejected, p in zip(checks, reject, adjusted):
+        check.p_adjusted = p
+        decided = check.verdict in (HOLDS, FAILS)
+        check.adjusted = check.verdict if (rejected and decided) or check.verdict == UNTESTED else UNSURE
+    return sum(math.isfinite(c.p) for c in checks)
+
+
 # ---------------------------------------------------------------------------------------------
 # claims.md
 # ---------------------------------------------------------------------------------------------
+def _standardized(item: Item) -> float:
+    """How far a line is towards "holds", in units of its CI's half-width (comparable across checks whose
+    numbers are in different units); NaN when not measured."""
+    half = (item.slack[1] - item.slack[0]) / 2
+    return item.centre_slack / half if half > 0 else math.copysign(math.inf, item.centre_slack)
+
+
 def deciding(result: ClaimResult) -> tuple[int, Item] | None:
-    """(check number, line) that settles the claim's verdict: the first check with the claim's verdict (a
-    claim needs every check, so that check alone decides a claim that does not hold or is inconclusive), and
-    in it :meth:`CheckResult.deciding_item`. Lines of different checks are not ranked against each other:
-    their numbers can be in different units (a metric, a rank correlation)."""
-    for number, check in enumerate(result.checks, 1):
-        if check.verdict == result.verdict:
-            item = check.deciding_item()
-            return (number, item) if item is not None else None
-    return None
+    """(check number, line) that settles the claim's verdict.  Within a check, :meth:`CheckResult.deciding_item`;
+    across the checks with the claim's verdict (a claim needs every check): the weakest for a claim that holds
+    or is inconclusive (the check closest to failing or least sure), the clearest failure for one that does not
+    hold -- ranked by each line's distance from what it needs in units of its CI's half-width, since the checks'
+    numbers can be in different units (a metric, a rank correlation)."""
+    found = [(number, check.deciding_item()) for number, check in enumerate(result.checks, 1)
+             if check.verdict == result.verdict]
+    found = [(n, it) for n, it in found if it is not None]
+    if not found:
+        return None
+    measured = [(n, it) for n, it in found if math.isfinite(it.centre_slack)]
+    if not measured:
+        return found[0]
+    return min(measured, key=lambda pair: _standardized(pair[1]))
 
 
 def _headline(result: ClaimResult) -> tuple[str, str]:
@@ -566,11 +726,23 @@ def _headline(result: ClaimResult) -> tuple[str, str]:
     return f"{prefix}{it.where}: {value}" + (f" ({it.reason})" if it.reason else ""), it.need or NA
 
 
+def _mde_text(test: Test) -> str:
+    if not math.isfinite(test.mde):
+        return NA
+    return f"{test.mde:.4f}" + ("" if test.seed_level else f" (examples only: {test.seeds} seed(s))")
+
+
+def _headline_mde(result: ClaimResult) -> str:
+    found = deciding(result)
+    return _mde_text(found[1].test) if found is not None else NA
+
+
 def summary_lines(claim_results: list[ClaimResult], link: str = "claims.md") -> list[str]:
-    header = ["claim", "source", "tested on", "verdict (95%)", "deciding line [95% CI]", "needed",
-              "points compared"]
+    header = ["claim", "source", "tested on", "verdict (95%)", "Holm-adjusted", "deciding line [95% CI]", "needed",
+              "detectable effect (80% power)", "points compared"]
     table = [[r.claim.id, r.claim.source, f"{r.claim.task}" + (f" ({r.view.dataset.split(' (')[0]})" if r.view else ""),
-              r.verdict, *_headline(r), r.evidence] for r in claim_results]
+              r.verdict + (" ⚑ degenerate baseline" if r.flags else ""), r.adjusted, *_headline(r),
+              _headline_mde(r), r.evidence] for r in claim_results]
     return [f"Every registered paper claim, judged on today's rows ([details]({link})):", "",
             markdown_table(header, table)]
 
@@ -583,6 +755,26 @@ def claim_curves(claim: Claim, view: TaskView) -> set[str]:
                for sel in ((check.a, check.b) if isinstance(check, Beats) else (check.select,))]
     return {str(curve) for sel in selects if sel.kind != "static"
             for curve in select_points(view, sel)["curve"]}
+
+
+def _num_text(value: float, spec: str) -> str:
+    return format(value, spec) if math.isfinite(value) else NA
+
+
+def _example_text(item: Item) -> str:
+    """The line's interval over test examples only (the seeds fixed), in the line's own units."""
+    lo, hi = item.test.ex_lo, item.test.ex_hi
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return NA
+    sign = "+" if item.b else ""
+    return f"[{lo:{sign}.4f}, {hi:{sign}.4f}]"
+
+
+def _check_test_text(check: CheckResult) -> str:
+    if not math.isfinite(check.p):
+        return "Nothing tested: not in the multiple-comparison family."
+    return (f"p = {check.p:.3g}; Holm-adjusted over the page's checks: p = {check.p_adjusted:.3g}, "
+            f"verdict **{check.adjusted}**.")
 
 
 def claims_markdown(claim_results: list[ClaimResult], results_dir: str,
@@ -614,11 +806,12 @@ def claims_markdown(claim_results: list[ClaimResult], results_dir: str,
             md += [""] + static_lines[c.id]
         for i, check in enumerate(r.checks, 1):
             md += ["", f"### {md_escape(c.id)}, check {i}: {md_escape(check.title)} — {check.verdict}", "",
-                   f"Quantifier: {check.quantifier} of the lines below."]
+                   f"Quantifier: {check.quantifier} of the lines below. {_check_test_text(check)}"]
             comparison = any(it.b for it in check.items)
-            header = (["where", f"A = {check.header[0]}", f"B = {check.header[1]}", "Δ [95% CI]", "needed",
-                       "per seed Δ", "verdict"] if comparison else ["where", "value [95% CI]", "needed",
-                                                                    "per seed", "verdict"])
+            values = (["where", f"A = {check.header[0]}", f"B = {check.header[1]}", "Δ [95% CI]"] if comparison
+                      else ["where", "value [95% CI]"])
+            header = values + ["examples only [95% CI]", "needed", "per seed Δ" if comparison else "per seed", "p",
+                               "detectable effect", "verdict"]
             if any(it.extra for it in check.items):
                 header.insert(-1, SACREBLEU_COLUMN)
             if any(it.hull for it in check.items):
@@ -626,11 +819,13 @@ def claims_markdown(claim_results: list[ClaimResult], results_dir: str,
             table = []
             for it in check.items:
                 v = it.verdict + (f" ({it.reason})" if it.reason else "")
+                examples = _example_text(it)
                 if comparison:
-                    row = [it.where, it.a, it.b, ci_text(it.delta, it.lo, it.hi, ".4f", sign=True), it.need,
-                           it.seeds or NA]
+                    row = [it.where, it.a, it.b, ci_text(it.delta, it.lo, it.hi, ".4f", sign=True), examples,
+                           it.need, it.seeds or NA]
                 else:
-                    row = [it.where, it.a, it.need, it.seeds or NA]
+                    row = [it.where, it.a, examples, it.need, it.seeds or NA]
+                row += [_num_text(it.test.p, ".3g"), _mde_text(it.test)]
                 if SACREBLEU_COLUMN in header:
                     row.append(it.extra or NA)
                 if "hull read between" in header:
@@ -647,6 +842,7 @@ def write(views: list[TaskView], reports_dir: Path, results_dir, echo=print,
     from bench import report_static
 
     claim_results = [evaluate(c, views, results_dir) for c in registered_claims()]
+    adjust(claim_results)
     for r in claim_results:
         echo(f"  claim {r.claim.id}: {r.verdict}")
     static_lines = {r.claim.id: report_static.claim_lines(

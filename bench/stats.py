@@ -42,6 +42,8 @@ import numpy as np
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
 RANDOM_SEED = 20261117
+MIN_SEEDS = 3  # the seed level of a two-level interval is estimated from this many training seeds on
+POWER = 0.80  # minimum detectable effects: the effect found with this probability at the 5% level
 MEAN_METRICS = {"accuracy", "top1", "top5"}
 EDIT_METRICS = {"wer": ("word_edits", "ref_words"), "cer": ("char_edits", "ref_chars")}
 TOLERANCE = 1e-6  # relative: a recomputed metric must equal the stored one (float32-stored accuracies differ ~1e-8)
@@ -215,6 +217,110 @@ def sacrebleu_paired_test(baseline: tuple[list[str], list[str]], system: tuple[l
 # ---------------------------------------------------------------------------------------------
 # Every row of a report section
 # ---------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------
+# Two levels: training seeds, then test examples within each seed
+# ---------------------------------------------------------------------------------------------
+def seed_level(per_seed: np.ndarray, seed: int = RANDOM_SEED) -> np.ndarray:
+    """[B] two-level bootstrap draws of the mean over seeds, from ``per_seed`` ([S, B]: each seed's
+    example-level draws, paired across rows).
+
+    ``scipy.stats.bootstrap`` resamples the S seeds with replacement (its own random state, fixed, so every
+    call with S seeds draws the same seed multisets: two quantities over the same seeds stay paired); in
+    resample j, every drawn seed contributes its example-level draw j.  The seeds of a point are scored on one
+    test set, and draw j resamples the same examples for all of them: the test set's sampling error is shared
+    by the seeds, not averaged away.  Fewer than :data:`MIN_SEEDS` seeds: the mean of the example-level draws
+    (the seed level is not estimated)."""
+    from scipy.stats import bootstrap
+
+    per_seed = np.asarray(per_seed, dtype=float)
+    n_seeds, n_draws = per_seed.shape
+    if n_seeds < MIN_SEEDS:
+        return per_seed.mean(axis=0)
+    columns = np.broadcast_to(np.arange(n_draws)[:, None], (n_draws, n_seeds))  # [B, S]: draw j for every seed
+
+    def statistic(picked, axis=-1):
+        picked = np.asarray(picked).astype(int)
+        if picked.ndim == 1:  # scipy's estimate on the data itself (unused by the percentile interval)
+            return float(per_seed[picked].mean())
+        if picked.shape != (n_draws, n_seeds):
+            raise AssertionError(f"expected all {n_draws} seed resamples at once, got {picked.shape}")
+        return per_seed[picked, columns].mean(axis=-1)
+
+    result = bootstrap((np.arange(n_seeds),), statistic, n_resamples=n_draws, vectorized=True, axis=-1,
+                       batch=None, method="percentile", random_state=np.random.default_rng(seed))
+    return np.asarray(result.bootstrap_distribution, dtype=float)
+
+
+def p_value(draws: np.ndarray, need: float) -> float:
+    """Two-sided bootstrap p-value of "the quantity equals ``need``": twice the smaller share of the draws
+    on either side of it, counted as (k + 1) / (B + 1) so that it is never 0; NaN without finite draws.
+    A 95% percentile interval excludes ``need`` exactly when this is below 0.05 (up to that +1)."""
+    draws = np.asarray(draws, dtype=float)
+    draws = draws[np.isfinite(draws)]
+    if draws.size == 0:
+        return math.nan
+    tail = min(int((draws <= need).sum()), int((draws >= need).sum()))
+    return min(1.0, 2 * (tail + 1) / (draws.size + 1))
+
+
+def min_detectable_effect(draws: np.ndarray, alpha: float = 1 - CONFIDENCE, power: float = POWER) -> float:
+    """The smallest difference from the margin that a test with this spread detects with probability
+    ``power`` at level ``alpha`` (two-sided): (z_{1-α/2} + z_{power}) × the draws' standard deviation, the
+    factor from ``statsmodels.stats.power.NormalIndPower`` (one sample: ``ratio=0``, ``nobs1=1``)."""
+    from statsmodels.stats.power import NormalIndPower
+
+    draws = np.asarray(draws, dtype=float)
+    draws = draws[np.isfinite(draws)]
+    if draws.size < 2:
+        return math.nan
+    factor = NormalIndPower().solve_power(effect_size=None, nobs1=1, alpha=alpha, power=power, ratio=0.0,
+                                          alternative="two-sided")
+    return float(factor) * float(draws.std(ddof=1))
+
+
+def seed_level_mde(values, alpha: float = 1 - CONFIDENCE, power: float = POWER) -> float:
+    """The minimum detectable effect of the t-test over per-seed values (the seeds as the unit):
+    ``statsmodels.stats.power.TTestPower``'s standardised effect at this many seeds times their standard
+    deviation; NaN with fewer than :data:`MIN_SEEDS` seeds."""
+    from statsmodels.stats.power import TTestPower
+
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    if values.size < MIN_SEEDS:
+        return math.nan
+    effect = TTestPower().solve_power(effect_size=None, nobs=values.size, alpha=alpha, power=power,
+                                      alternative="two-sided")
+    return float(effect) * float(values.std(ddof=1))
+
+
+def seed_level_p(values, need: float) -> float:
+    """Two-sided p-value of the t-test "the mean over seeds equals ``need``" (``scipy.stats.ttest_1samp``, the
+    seeds as the unit); NaN with fewer than :data:`MIN_SEEDS` seeds."""
+    from scipy.stats import ttest_1samp
+
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    if values.size < MIN_SEEDS:
+        return math.nan
+    if np.all(values == values[0]):
+        return 1.0 if values[0] == need else 0.0
+    return float(ttest_1samp(values, need).pvalue)
+
+
+def holm(p_values: list[float], alpha: float = 1 - CONFIDENCE) -> tuple[list[bool], list[float]]:
+    """Holm–Bonferroni over a family (``statsmodels.stats.multitest.multipletests``): which hypotheses are
+    rejected and the adjusted p-values; NaN p-values (nothing tested) are left out of the family."""
+    from statsmodels.stats.multitest import multipletests
+
+    tested = [i for i, p in enumerate(p_values) if math.isfinite(p)]
+    reject, adjusted = [False] * len(p_values), [math.nan] * len(p_values)
+    if tested:
+        rej, adj, _, _ = multipletests([p_values[i] for i in tested], alpha=alpha, method="holm")
+        for i, r, a in zip(tested, rej, adj):
+            reject[i], adjusted[i] = bool(r), float(a)
+    return reject, adjusted
+
+
 @dataclass
 class Uncertainty:
     """Bootstrap draws for the rows of one report section, keyed by row key; rows without draws have a
@@ -226,16 +332,36 @@ class Uncertainty:
     test_set: dict[str, str] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
     samples: dict[str, object] = field(default_factory=dict)  # row key -> per-sample frame (index order)
+    seed: dict[str, int] = field(default_factory=dict)  # row key -> training seed
 
-    def mean_draws(self, keys) -> np.ndarray | None:
-        """Draws of the mean over ``keys`` (a seed mean), or None unless every key has draws on one test set."""
+    def by_seed(self, keys) -> list[str] | None:
+        """``keys`` in seed order, or None unless every key has draws on one test set."""
         keys = list(keys)
         if not keys or any(k not in self.draws for k in keys) or len({self.test_set[k] for k in keys}) != 1:
             return None
-        return np.mean([self.draws[k] for k in keys], axis=0)
+        return sorted(keys, key=lambda k: self.seed.get(k, 0))
+
+    def mean_draws(self, keys) -> np.ndarray | None:
+        """Two-level draws of the mean over ``keys`` (a point's rows, one per seed: :func:`seed_level`), or None
+        unless every key has draws on one test set."""
+        keys = self.by_seed(keys)
+        if keys is None:
+            return None
+        distinct = len({self.seed.get(k) for k in keys}) == len(keys)
+        stacked = np.stack([self.draws[k] for k in keys])
+        return seed_level(stacked) if distinct else stacked.mean(axis=0)
+
+    def example_draws(self, keys) -> np.ndarray | None:
+        """Draws of the same mean over test examples only (the seeds fixed)."""
+        keys = self.by_seed(keys)
+        return None if keys is None else np.mean([self.draws[k] for k in keys], axis=0)
 
     def ci(self, keys) -> tuple[float, float]:
         draws = self.mean_draws(keys)
+        return (math.nan, math.nan) if draws is None else interval(draws)
+
+    def example_ci(self, keys) -> tuple[float, float]:
+        draws = self.example_draws(keys)
         return (math.nan, math.nan) if draws is None else interval(draws)
 
 
@@ -285,6 +411,7 @@ def rows_uncertainty(rows, results_dir, key: str = "row_key") -> Uncertainty:
         test_set = hashlib.sha256(np.ascontiguousarray(order, dtype=np.int64).tobytes()).hexdigest()[:12]
         groups.setdefault((metric, test_set), {})[name] = stats
         out.test_set[name] = test_set
+        out.seed[name] = int(row.get("seed", 0))
         out.samples[name] = samples
     for (metric, _), stats in sorted(groups.items()):
         draws = bootstrap_rows(metric, stats)
