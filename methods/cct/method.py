@@ -17,8 +17,8 @@ iff its gate is ≥ 0.5; the cost is the realised usage (never the nominal p), c
 Encoder–decoder tasks (translation, methods/cct/seq2seq.py): one control symbol per (encoder budget,
 decoder budget) pair, its embedding added to every source and target token (§2.2, §4); each training
 sentence draws its encoder budget and its decoder budget independently from ``cct.budgets`` (the paper's
-cross product), and the budget loss is summed over (pair symbol, sub-network) (Eq. 9).  Evaluation points are (encoder, decoder) pairs chosen by ``cct.pairs``; the knob value
-reads ``e<p_enc>-d<p_dec>``.
+cross product), and the budget loss is summed over (pair symbol, sub-network) (Eq. 9).  Evaluation
+points are (encoder, decoder) pairs chosen by ``cct.pairs``; the knob value reads ``e<p_enc>-d<p_dec>``.
 """
 
 from __future__ import annotations
@@ -130,5 +130,6 @@ class CCT(Method):
 
     def variant(self) -> str:
         c = self.cfg
-        return (f"M={c.slices};h={c.gate_hidden};drop={c.dropout:g};alpha=0->{c.alpha_max:g};lambda={c.budget_weight:g};"
+        return (f"M={c.slices};h={c.gate_hidden};drop={c.dropout:g};alpha=0->{c.alpha_max:g};"
+                f"lambda={c.budget_weight:g};"
                 f"budgets={','.join(f'{p:g}' for p in self.train_budgets)}")

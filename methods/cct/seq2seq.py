@@ -31,8 +31,9 @@ block the three control networks + [kv]·2d² + [q]·(2d² + 2(t+1)d) + [xq]·(2
 the output projection d·V per step and hypothesis.  S = the batch's padded source length (padding keys
 are masked, but their scores are computed, as in the dense model's ledger).
 
-Choices where the paper is silent: the budget loss's attention core cost uses the real key counts (S for the encoder and cross-attention, t+1 for decoder position t);
-padding tokens carry no gate and no cost.
+Choices where the paper is silent: the budget loss's attention core cost uses the real key counts (S
+for the encoder and cross-attention, t+1 for decoder position t); padding tokens carry no gate and no
+cost.
 """
 
 from __future__ import annotations
