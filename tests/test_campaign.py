@@ -329,10 +329,17 @@ def test_descends_places_commits_by_git_ancestry(tmp_path):
     assert campaign._descends(first, "0" * 40, tmp_path) is None  # a commit this clone lacks
 
 
+# Claims whose selection changed with their method so that no committed row fits it until the campaign re-runs
+# the method; the claim reads "not tested" meanwhile.  dat 2 tunes per-block thresholds on the validation split
+# (knob values ae<a>); the committed rows swept one shared threshold on the test split.
+AWAITING_RERUN = {"dat-iwslt-depth"}
+
+
 def test_every_claim_reads_only_points_the_campaign_runs_on_three_seeds():
     """The committed rows a claim's checks select were made by planned campaign commands, none of them a
     :data:`ONE_SEED` point (seed 0 only): a claim changed to read such a point must move it out of
-    ``ONE_SEED``, or its verdict would rest on one seed for good."""
+    ``ONE_SEED``, or its verdict would rest on one seed for good.  A claim of :data:`AWAITING_RERUN` may
+    select no committed point yet."""
     from bench import claims, report, report_claims, results
 
     campaign = _campaign()
@@ -346,7 +353,7 @@ def test_every_claim_reads_only_points_the_campaign_runs_on_three_seeds():
         for check in claim.checks:
             for select in (check.a, check.b) if isinstance(check, claims.Beats) else (check.select,):
                 keys = {key for point in report_claims.select_points(view, select)["keys"] for key in point}
-                assert keys, f"claim {claim.id}: {select} selects no committed point"
+                assert keys or claim.id in AWAITING_RERUN, f"claim {claim.id}: {select} selects no committed point"
                 for line in view.rows.loc[view.rows["row_key"].isin(keys), "command"]:
                     point, seed = campaign.row_point(line)
                     assert seed.startswith("seed=") and point in planned, f"claim {claim.id} reads {line!r}"

@@ -163,3 +163,39 @@ def test_calibrated_model_with_all_gates_on_is_close_to_dense():
     err_cal = float((calibrated - dense).abs().mean())
     err_raw = float((uncalibrated - dense).abs().mean())
     assert err_cal < err_raw
+
+
+def _stage_model(task: str, tmp_path, *overrides: str):
+    """The model CCT's training stage starts from on ``task`` (tiny config, untrained base), in training mode."""
+    from bench import runner
+    from tests.helpers import compose_tiny
+
+    _, task_impl, method = runner.build(compose_tiny("cct", task, tmp_path, *overrides), "cct", task)
+    torch.manual_seed(0)
+    return method, method.convert(task_impl.build_backbone()).train(), task_impl.example_input(4)
+
+
+@pytest.mark.parametrize("task", ["imagenet", "iwslt"])
+def test_dropout_is_active_while_training_the_cct_stage(task, tmp_path):
+    """The paper trains CCT with dropout 0.1 everywhere (Eq. 13: Dropout(LN(a))): two training forwards of
+    the stage's model differ, evaluation is deterministic, and cct.dropout=0 switches it off."""
+    method, model, x = _stage_model(task, tmp_path)
+    assert float(method.cfg.dropout) == 0.1
+    assert method.stages()[0].config["dropout"] == 0.1  # part of the stage's cache key
+    with torch.no_grad():
+        first, second = model(x), model(x)
+        assert not torch.allclose(first, second)
+        model.eval()
+        torch.testing.assert_close(model(x), model(x))
+    _, still, x = _stage_model(task, tmp_path, "cct.dropout=0.0")
+    with torch.no_grad():
+        torch.testing.assert_close(still(x), still(x))
+
+
+def test_control_network_width_default_is_in_the_papers_range():
+    """The paper tested control networks 64, 128 and 256 wide (§6, iv); the default is the smallest."""
+    from bench import config
+    from methods.cct import CCTConfig
+
+    assert CCTConfig().gate_hidden == 64
+    assert config.compose(["method=cct", "task=imagenet"])["cct"].gate_hidden == 64

@@ -137,3 +137,61 @@ def test_all_on_starts_close_to_the_dense_model():
         gated = torch.log_softmax(model(x), -1)
     keep = x[:, 1, : dense.shape[1]].ne(S.PAD)
     assert float((dense - gated).abs()[keep].mean()) < 0.5
+
+
+def _first_block_inputs(model: CCTSeq2Seq, run) -> dict[str, torch.Tensor]:
+    """The inputs of the first encoder and decoder blocks (their norm1) during ``run()``."""
+    seen: dict[str, torch.Tensor] = {}
+
+    def keep_first(key: str):
+        def hook(module, args, out) -> None:
+            seen.setdefault(key, args[0].clone())
+        return hook
+
+    hooks = [block.norm1.register_forward_hook(keep_first(key))
+             for key, block in (("encoder", model.encoder.blocks[0]), ("decoder", model.decoder.blocks[0]))]
+    try:
+        run()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+def test_one_control_symbol_per_budget_pair_reaches_source_and_target_tokens():
+    """§2.2/§4: one symbol per (p_enc, p_dec) tuple, its embedding added to every source and target token:
+    the encoder's input depends on the decoder budget and the decoder's on the encoder budget, on the
+    teacher-forced path and on the real decoding path."""
+    model = _cct(seed=6)
+    assert model.control.num_embeddings == 2 * 2
+    x = torch.stack([_sources(3, seed=7), _sources(3, seed=8)], dim=1)
+    src = _sources(3, seed=9)
+    inputs = {}
+    with torch.no_grad():
+        for enc, dec in ((0, 0), (0, 1), (1, 0)):
+            e, d = torch.full((3,), enc), torch.full((3,), dec)
+            model.enc_budget_index, model.dec_budget_index = enc, dec
+            inputs[enc, dec] = (_first_block_inputs(model, lambda: model(x, e, d)),
+                                _first_block_inputs(model, lambda: model.generate(src, beam=1)))
+    for path in (0, 1):
+        assert not torch.allclose(inputs[0, 0][path]["encoder"], inputs[0, 1][path]["encoder"])  # p_dec → encoder
+        assert not torch.allclose(inputs[0, 0][path]["decoder"], inputs[1, 0][path]["decoder"])  # p_enc → decoder
+    difference = inputs[0, 1][0]["encoder"] - inputs[0, 0][0]["encoder"]
+    expected = model.control.weight[1] - model.control.weight[0]  # rows enc·n + dec
+    torch.testing.assert_close(difference, expected.expand_as(difference))
+
+
+def test_budget_loss_groups_by_pair_symbol():
+    """Eq. 9: a term per (pair symbol, sub-network); with every gate on, a pair (p_e, p_d) costs
+    |1 − 1/p_e| + |1 − 1/p_d|, summed over the pairs of the batch."""
+    model = _cct(seed=4).float().eval()
+    with torch.no_grad():
+        for net in model.modules():
+            if isinstance(net, ControlNet):
+                net.fc2.bias.fill_(50.0)
+                net.fc2.weight.zero_()
+        x = torch.stack([_sources(4, seed=7), _sources(4, seed=8)], dim=1)
+        enc, dec = torch.tensor([0, 0, 1, 1]), torch.tensor([0, 1, 0, 1])
+        model(x, enc, dec)
+        loss = model.budget_loss(enc, dec, torch.tensor([1.0, 0.5], dtype=torch.float64))
+    assert float(loss) == pytest.approx(0 + 1 + 1 + 2, rel=1e-6)

@@ -226,11 +226,11 @@ def test_run_writes_rows_with_decoding_columns_and_figures(tmp_path):
     from tests.helpers import compose_tiny
 
     cfg = compose_tiny("dat", "iwslt", tmp_path, "timing=true", "timing_rounds=1", "timing_batch=4",
-                       "dat.thresholds=[0.5,0.9]")
+                       "dat.exit_budgets=[1.5,2]")
     written = runner.run(cfg, "dat", "iwslt", command="test")
-    assert len(written) == 3  # two thresholds + fixed exit 1
+    assert len(written) == 3  # two validation-tuned threshold vectors + fixed exit 1
     rows = results.load(tmp_path / "results")
-    assert set(rows["knob_value"]) == {"0.5", "0.9", "exit1"}
+    assert set(rows["knob_value"]) == {"ae1.5", "ae2", "exit1"}
     assert (rows["cost_check"] == "agree").all()
     assert rows["metric_signature"].str.contains("nrefs:1|case:mixed|eff:no|tok:13a", regex=False).all()
     assert (rows["latency_b1_ratio"] > 0).all()
@@ -238,7 +238,7 @@ def test_run_writes_rows_with_decoding_columns_and_figures(tmp_path):
     samples = results.load_samples(tmp_path / "results", "iwslt", "dat", row["run_id"])
     assert len(samples) == 12
     for column in ("source", "target", "prediction", "macs", "decoder_macs", "decoder_macs_per_token",
-                   "out_tokens", "avg_exit", "exit_p0"):
+                   "out_tokens", "avg_exit", "exit_p0", "tau_1", "valid_bleu", "valid_avg_exit"):
         assert column in samples, column
     assert samples["target"].map(type).eq(str).all()
     assert (samples["decoder_macs"] < samples["macs"]).all()

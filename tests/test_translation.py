@@ -3,6 +3,8 @@ copied-state decoding, each against an independent slow reference (full recomput
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -139,7 +141,7 @@ def _dat(halting: str = "geometric", seed: int = 0) -> DATModel:
         for unit in model.halt:
             unit.weight.normal_(0, 2.0)
             unit.bias.normal_(0, 0.5)
-    model.threshold = 0.5
+    model.thresholds = [0.5] * (model.n_blocks - 1)
     return model
 
 
@@ -171,7 +173,7 @@ def _reference_dat_logp(model: DATModel, src_row: torch.Tensor, tokens: list[int
         decision = n_blocks
         for n in range(n_blocks - 1):
             chi = torch.sigmoid(model.halt[n](model.exit_norms[n](_state_at(model, src_row, tokens, exits, t, n))))
-            if float(chi) > model.threshold:
+            if float(chi) > model.thresholds[n]:
                 decision = n + 1
                 break
         chosen.append(decision)
@@ -231,7 +233,7 @@ def test_dat_copied_states_match_per_token_reference_loop():
 @pytest.mark.parametrize("halting", ["geometric", "confidence", "multinomial", "sequence"])
 def test_dat_decision_log_cost_matches_counter(halting):
     model = _dat(halting).float()
-    model.threshold = 0.3
+    model.thresholds = [0.3] * (model.n_blocks - 1)
     src = _sources(batch=4, seed=2)
     for fixed in (None, 2):
         model.fixed_exit = fixed
@@ -275,8 +277,10 @@ def test_oracles_lowest_block_on_ties_lambda_and_rbf():
     assert oracle(logits, y, valid, kind="likelihood", lam=0.0, sigma=0.0).tolist()[0][:2] == [1, 0]
     # RBF smoothing mixes neighbouring steps; sigma -> 0 leaves scores unchanged; invalid steps are ignored
     scores = torch.tensor([[[1.0], [0.0], [0.0]]], dtype=torch.float64)
-    smooth = rbf_smooth(scores, valid, 1.0)
-    assert smooth[0, 1, 0] == pytest.approx(torch.exp(torch.tensor(-0.5)).item())
+    smooth = rbf_smooth(scores, valid, 2.0)  # Eq. 15: κ(t, t') = exp(−(t − t')² / σ)
+    assert smooth[0, 0, 0] == pytest.approx(1.0)
+    assert smooth[0, 1, 0] == pytest.approx(math.exp(-1 / 2))  # (1 − 0)² / 2
+    assert smooth[0, 2, 0] == pytest.approx(math.exp(-4 / 2))  # (2 − 0)² / 2
     masked = rbf_smooth(scores, torch.tensor([[False, True, True]]), 1.0)
     assert float(masked.abs().sum()) == 0.0
     # sequence-level oracle: one exit per sentence
@@ -298,7 +302,7 @@ def test_dat_trains_every_halting_variant(tmp_path, halting, oracle_kind):
     if halting != "confidence":
         assert any(float(p.detach().abs().sum()) > 0 for p in model.halt.parameters())  # the exit loss trained them
     values = method.knob_values()
-    assert values[0] == (0.5 if halting == "confidence" else "argmax")
+    assert values[0] == ("ae1.5" if halting == "confidence" else "argmax")
     batch = next(iter(task.eval_batches()))
     method.set_knob(model, values[0])
     with torch.inference_mode():

@@ -16,8 +16,12 @@ class CCTConfig:
                                       "the paper repeats 1.0 three times); every distinct value is one "
                                       "evaluation point of the same model (eval-time knob)")
     slices: int = param(4, min=1, max=64, help="M independently gated FFN slices (paper: 4)")
-    gate_hidden: int = param(16, min=1, help="hidden units of each control network G = ReLU(xW1+b)W2 "
-                                             "(paper: 64-256 made little difference at d=512-1024)")
+    gate_hidden: int = param(64, min=1, help="hidden units of each control network G = ReLU(xW1+b)W2 "
+                                             "(paper: 64-256 made little difference at d=512-1024; 64, the "
+                                             "smallest it tested, keeps the counted control cost lowest)")
+    dropout: float = param(0.1, min=0.0, max=0.9, help="probability of every dropout while training (input, "
+                                                       "attention probabilities, each gated unit's normalised "
+                                                       "output: Eq. 13's Dropout(LN(a))); paper: 0.1")
     alpha_max: float = param(5.0, min=0.0, help="gate-noise scale alpha, raised linearly from 0 to this "
                                                 "over training (paper: 5)")
     budget_weight: float = param(1.0, min=0.0, help="lambda of the budget loss sum_i |C_budget - C_util| / "

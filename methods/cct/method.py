@@ -5,17 +5,20 @@ slices; new LayerNorms calibrated on the stage's first batch, gates initialised 
 core's method budget (bench/protocol.py) with the task's optimiser policy.  Each sample
 draws a budget uniformly from ``cct.budgets`` (repeats weight a value); its symbol's embedding is added
 to every token; the loss is task loss + λ·Σ_i |C_budget,i − C_util,i| / C_budget,i over the budget groups
-of the batch.  Gate noise α rises linearly from 0 to ``alpha_max`` over the steps.  Budget draws and gate
-noise come from the core's per-step generator (seed, stage, step), so an interrupted run resumes exactly.
+of the batch.  Gate noise α rises linearly from 0 to ``alpha_max`` over the steps.  Dropout at
+``cct.dropout`` (the paper: 0.1 everywhere) is active while training (input, attention probabilities and
+every gated unit's normalised output).  Budget draws and gate noise come from the core's per-step
+generator (seed, stage, step), dropout from torch's generator the core seeds per step, so an interrupted
+run resumes exactly.
 
 Evaluation: one model, every distinct budget is one point (eval-time knob); the real path runs a unit
 iff its gate is ≥ 0.5; the cost is the realised usage (never the nominal p), control networks included.
 
-Encoder–decoder tasks (translation, methods/cct/seq2seq.py): the encoder and the decoder have their own
-budget symbols; each training sentence draws its encoder budget and its decoder budget independently
-from ``cct.budgets`` (the paper's cross product), and the budget loss is summed over (sub-network,
-budget group).  Evaluation points are (encoder, decoder) pairs chosen by ``cct.pairs``; the knob value
-reads ``e<p_enc>-d<p_dec>``.
+Encoder–decoder tasks (translation, methods/cct/seq2seq.py): one control symbol per (encoder budget,
+decoder budget) pair, its embedding added to every source and target token (§2.2, §4); each training
+sentence draws its encoder budget and its decoder budget independently from ``cct.budgets`` (the paper's
+cross product), and the budget loss is summed over (pair symbol, sub-network) (Eq. 9).  Evaluation
+points are (encoder, decoder) pairs chosen by ``cct.pairs``; the knob value reads ``e<p_enc>-d<p_dec>``.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ from methods.cct import seq2seq as S2S
 
 class CCT(Method):
     name = "cct"
+    # 2: dropout in training (cct.dropout), one control symbol per (encoder, decoder) budget pair with the
+    #    budget loss grouped by pair, control networks 64 wide by default
+    version = 2
 
     def __init__(self, cfg, task, run):
         super().__init__(cfg, task, run)
@@ -52,7 +58,8 @@ class CCT(Method):
         convert = S2S.CCTSeq2Seq if self._seq2seq() else M.CCTModel
         c = self.cfg
         try:
-            return convert(base, len(self.points), int(c.slices), int(c.gate_hidden), float(c.gate_bias_init))
+            return convert(base, len(self.points), int(c.slices), int(c.gate_hidden), float(c.gate_bias_init),
+                           dropout=float(c.dropout))
         except ValueError as err:
             raise UserError(f"cct.slices={c.slices}: {err}") from None
 
@@ -123,5 +130,6 @@ class CCT(Method):
 
     def variant(self) -> str:
         c = self.cfg
-        return (f"M={c.slices};h={c.gate_hidden};alpha=0->{c.alpha_max:g};lambda={c.budget_weight:g};"
+        return (f"M={c.slices};h={c.gate_hidden};drop={c.dropout:g};alpha=0->{c.alpha_max:g};"
+                f"lambda={c.budget_weight:g};"
                 f"budgets={','.join(f'{p:g}' for p in self.train_budgets)}")

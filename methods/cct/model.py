@@ -4,12 +4,17 @@ Per block, with x the residual stream, y = norm1(x) and M FFN slices (fc1/fc2 of
 into M column/row blocks of d_mlp/M):
 
     g_kv = σ(G_kv(y) + αε)      K = g_kv·LN_k(y W_k),  V = g_kv·LN_v(y W_v)       (per attended token)
-    g_q  = σ(G_q(y) + αε)       x ← x + g_q · W_o LN_o(MultiHead(y W_q, K, V))     (per query token)
+    g_q  = σ(G_q(y) + αε)       x ← x + g_q · W_o Drop(LN_o(MultiHead(y W_q, K, V)))     (per query token)
     g_F  = σ(G_F(norm2(x)) + αε) ∈ (0,1)^M
-                                x ← x + Σ_i g_Fi · LN_out,i(fc2_i(act(fc1_i(LN_in,i(x)))))
+                                x ← x + Σ_i g_Fi · Drop(LN_out,i(fc2_i(act(fc1_i(LN_in,i(x))))))
 
 G(x) = ReLU(x W1 + b) W2 (one hidden layer, ``gate_hidden`` units), ε ~ N(0, 1) in training only.  A
 learned embedding of the budget symbol is added to every token after the task's embedding.
+
+Dropout (training only, ``dropout``; the paper sets every dropout probability to 0.1, Eq. 13 has
+Dropout(LN(a))): on the input tokens after the budget embedding is added, on the attention
+probabilities, and on every gated unit's normalised output (Drop above: LN_o(a) before W_o, Eq. 13, and
+each FFN slice's LN_out,i(·) by the same rule).
 
 Inference: no noise; a unit runs iff g ≥ 0.5 (G ≥ 0) and then contributes with weight 1 (the hard
 decision of the paper's eq. 2).  Two paths with the same outputs:
@@ -111,7 +116,7 @@ class SlicedFFN(nn.Module):
 
 class CCTBlock(nn.Module):
     def __init__(self, block: Block, slices: int, gate_hidden: int, gate_bias: float, eps: float,
-                 activation: str):
+                 activation: str, dropout: float = 0.0):
         super().__init__()
         attn, d = block.attn, block.attn.d_model
         self.d, self.heads, self.slices = d, attn.n_heads, slices
@@ -123,6 +128,7 @@ class CCTBlock(nn.Module):
         self.gate_f = ControlNet(d, gate_hidden, slices, gate_bias)
         self.ffn = SlicedFFN(block.mlp, self.norm2, slices, activation, eps)  # after the gates: same init order
         self.width = self.ffn.width
+        self.drop = nn.Dropout(dropout)  # training only: attention probabilities and gated unit outputs
         self.last: Decisions | None = None
         self.force: Decisions | None = None  # replaces the real path's gate decisions (bench speed)
         self.last_gates: list[Tensor] = []  # soft gates of the last training forward: kv, q, ffn
@@ -131,15 +137,19 @@ class CCTBlock(nn.Module):
     def _slice(self, i: int, x: Tensor) -> Tensor:
         return self.ffn.forward_slice(i, x)
 
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """q [N, Tq, d], k/v [N, Tk, d] → [N, Tq, d] (multi-head, explicit matmuls)."""
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, drop: nn.Module | None = None) -> Tensor:
+        """q [N, Tq, d], k/v [N, Tk, d] → [N, Tq, d] (multi-head, explicit matmuls; ``drop``: dropout on the
+        attention probabilities)."""
         n, tq, d = q.shape
         dh = d // self.heads
         qh = q.view(n, tq, self.heads, dh).transpose(1, 2)
         kh = k.view(n, -1, self.heads, dh).transpose(1, 2)
         vh = v.view(n, -1, self.heads, dh).transpose(1, 2)
         scores = torch.matmul(qh, kh.transpose(-2, -1)) / math.sqrt(dh)
-        return torch.matmul(torch.softmax(scores, dim=-1), vh).transpose(1, 2).reshape(n, tq, d)
+        probs = torch.softmax(scores, dim=-1)
+        if drop is not None:
+            probs = drop(probs)
+        return torch.matmul(probs, vh).transpose(1, 2).reshape(n, tq, d)
 
     @staticmethod
     def _gate(logits: Tensor, alpha: float, generator: torch.Generator | None, hard: bool) -> Tensor:
@@ -157,9 +167,9 @@ class CCTBlock(nn.Module):
         g_q = self._gate(self.gate_q(y), alpha, generator, hard)
         k = g_kv * self.ln_k(self.k(y))
         v = g_kv * self.ln_v(self.v(y))
-        x = x + g_q * self.o(self.ln_o(self._attend(self.q(y), k, v)))
+        x = x + g_q * self.o(self.drop(self.ln_o(self._attend(self.q(y), k, v, self.drop))))
         g_f = self._gate(self.gate_f(self.norm2(x)), alpha, generator, hard)
-        update = sum(g_f[..., i:i + 1] * self._slice(i, x) for i in range(self.slices))
+        update = sum(g_f[..., i:i + 1] * self.drop(self._slice(i, x)) for i in range(self.slices))
         self.last_gates = [g_kv.squeeze(-1), g_q.squeeze(-1), g_f]
         if hard:
             self.last = Decisions(g_kv.squeeze(-1) > 0.5, g_q.squeeze(-1) > 0.5, g_f > 0.5)
@@ -228,17 +238,19 @@ class CCTBlock(nn.Module):
 
 
 class CCTModel(nn.Module):
-    """embed + budget embedding → CCT blocks → norm → class-token pool → head."""
+    """embed + budget embedding → input dropout → CCT blocks → norm → class-token pool → head."""
 
-    def __init__(self, base: Encoder, n_budgets: int, slices: int, gate_hidden: int, gate_bias: float):
+    def __init__(self, base: Encoder, n_budgets: int, slices: int, gate_hidden: int, gate_bias: float,
+                 dropout: float = 0.0):
         super().__init__()
         cfg = base.cfg
         if cfg.pool != "cls":
             raise ValueError("CCT here pools the class token (pool='cls')")
         self.cfg = cfg
         self.embed, self.norm, self.head = base.embed, base.norm, base.head
-        self.blocks = nn.ModuleList(CCTBlock(b, slices, gate_hidden, gate_bias, cfg.norm_eps, cfg.activation)
-                                    for b in base.blocks)
+        self.blocks = nn.ModuleList(CCTBlock(b, slices, gate_hidden, gate_bias, cfg.norm_eps, cfg.activation,
+                                             dropout) for b in base.blocks)
+        self.drop = nn.Dropout(dropout)
         self.budget_embed = nn.Embedding(n_budgets, cfg.d_model)
         nn.init.normal_(self.budget_embed.weight, std=0.02)
         self.budget_index = 0  # the symbol used when ``forward`` gets no per-sample symbols
@@ -253,7 +265,7 @@ class CCTModel(nn.Module):
             raise NotImplementedError("CCT does not support padded inputs")
         if symbols is None:
             symbols = torch.full((x.shape[0],), self.budget_index, dtype=torch.long, device=x.device)
-        return x + self.budget_embed(symbols).unsqueeze(1)
+        return self.drop(x + self.budget_embed(symbols).unsqueeze(1))
 
     def forward(self, inputs: Tensor, symbols: Tensor | None = None, budgets: Tensor | None = None):
         """Logits; with ``budgets`` (training) also :meth:`budget_loss` of this forward's soft gates, so the

@@ -3,13 +3,19 @@ cross-attention and FFN slices in the encoder and the decoder, with separate enc
 
 Per encoder block (pre-norm, y = norm1(x)), as in methods/cct/model.py:
     g_kv = σ(G_kv(y) + αε), g_q = σ(G_q(y) + αε)
-    K = g_kv·LN_k(y W_k), V = g_kv·LN_v(y W_v);  x ← x + g_q · W_o LN_o(MultiHead(y W_q, K, V))
-    g_F = σ(G_F(norm2(x)) + αε) ∈ (0,1)^M;       x ← x + Σ_i g_Fi · LN_out,i(FFN_i(LN_in,i(x)))
+    K = g_kv·LN_k(y W_k), V = g_kv·LN_v(y W_v);  x ← x + g_q · W_o Drop(LN_o(MultiHead(y W_q, K, V)))
+    g_F = σ(G_F(norm2(x)) + αε) ∈ (0,1)^M;       x ← x + Σ_i g_Fi · Drop(LN_out,i(FFN_i(LN_in,i(x))))
 Per decoder block: the same causal self-attention unit, then a gated cross-attention unit whose K/V gate
 reads the encoder output (one decision per source token and block) and whose query gate reads
-norm_c(x), then the FFN slices.  The encoder budget symbol's embedding is added to every source token,
-the decoder's to every target token; the paper controls the two sub-networks separately and sums the
-budget losses over (sub-network, budget group).
+norm_c(x), then the FFN slices.  One control symbol per (encoder budget, decoder budget) pair (§2.2,
+§4): its embedding is added to every source token and to every target token, so each side knows both
+budgets.  The budget loss (Eq. 9) is Σ over the symbols i of the batch and the sub-networks j of
+|C_budget,ij − C_util,ij| / C_budget,ij, the group B_i being the sentences fed symbol i.
+
+Dropout (training only, ``dropout``; the paper: 0.1 for every dropout, Eq. 13's Dropout(LN(a))): on
+the input (token + position + control embeddings), on the attention probabilities, and on every gated
+unit's normalised output before it is gated (Drop above: the attention sublayers' LN_o(a) before W_o as
+in Eq. 13, and each FFN slice's LN_out,i(·)).  The task's own embedding dropout is replaced by it.
 
 Inference (``generate``, the task's beam search): no noise, a unit runs iff G ≥ 0 on a real gathered
 path: the encoder runs only the non-padding tokens whose gate is on; a source token's cross K/V are
@@ -25,10 +31,9 @@ block the three control networks + [kv]·2d² + [q]·(2d² + 2(t+1)d) + [xq]·(2
 the output projection d·V per step and hypothesis.  S = the batch's padded source length (padding keys
 are masked, but their scores are computed, as in the dense model's ledger).
 
-Choices where the paper is silent: dropout is off while training the gated model (the gate noise is
-the regulariser; the base model keeps its dropout-trained weights); the budget loss's attention core
-cost uses the real key counts (S for the encoder and cross-attention, t+1 for decoder position t);
-padding tokens carry no gate and no cost.
+Choices where the paper is silent: the budget loss's attention core cost uses the real key counts (S
+for the encoder and cross-attention, t+1 for decoder position t); padding tokens carry no gate and no
+cost.
 """
 
 from __future__ import annotations
@@ -55,9 +60,10 @@ class AttnGates(nn.Module):
         self.ln_k, self.ln_v, self.ln_o = (nn.LayerNorm(d, eps=eps) for _ in range(3))
 
 
-def core(q: Tensor, k: Tensor, v: Tensor, heads: int, mask: Tensor | None) -> Tensor:
+def core(q: Tensor, k: Tensor, v: Tensor, heads: int, mask: Tensor | None, drop: nn.Module | None = None) -> Tensor:
     """Multi-head attention core, explicit matmuls: q [N, Tq, d], k/v [N, Tk, d], mask broadcastable to
-    [N, Tq, Tk] (True = not attended) → [N, Tq, d]."""
+    [N, Tq, Tk] (True = not attended) → [N, Tq, d]; ``drop`` (training): dropout on the attention
+    probabilities."""
     n, tq, d = q.shape
     dh = d // heads
     qh = q.view(n, tq, heads, dh).transpose(1, 2)
@@ -66,7 +72,10 @@ def core(q: Tensor, k: Tensor, v: Tensor, heads: int, mask: Tensor | None) -> Te
     scores = torch.matmul(qh, kh.transpose(-2, -1)) / math.sqrt(dh)
     if mask is not None:
         scores = scores.masked_fill(mask[:, None], float("-inf"))
-    return torch.matmul(torch.softmax(scores, dim=-1), vh).transpose(1, 2).reshape(n, tq, d)
+    probs = torch.softmax(scores, dim=-1)
+    if drop is not None:
+        probs = drop(probs)
+    return torch.matmul(probs, vh).transpose(1, 2).reshape(n, tq, d)
 
 
 def _gate(logits: Tensor, alpha: float, generator: torch.Generator | None, hard: bool) -> Tensor:
@@ -80,9 +89,13 @@ def _gate(logits: Tensor, alpha: float, generator: torch.Generator | None, hard:
 
 class CCTSeq2Seq(EncoderDecoder):
     """The task's encoder–decoder with CCT units; ``model(x, symbols)`` is the teacher-forced (masked)
-    forward, ``generate`` decodes on the real path at the budgets ``enc_budget_index``/``dec_budget_index``."""
+    forward, ``generate`` decodes on the real path at the budgets ``enc_budget_index``/``dec_budget_index``.
 
-    def __init__(self, base: EncoderDecoder, n_budgets: int, slices: int, gate_hidden: int, gate_bias: float):
+    ``control``: one embedding per (encoder budget, decoder budget) pair, row ``enc · n_budgets + dec``
+    (:meth:`pair_symbols`); ``dropout``: the probability of every dropout in training."""
+
+    def __init__(self, base: EncoderDecoder, n_budgets: int, slices: int, gate_hidden: int, gate_bias: float,
+                 dropout: float = 0.0):
         cfg = base.cfg
         if not cfg.norm_first or (cfg.d_dec, cfg.mlp_dec, cfg.heads_dec) != (cfg.d_model, cfg.d_mlp, cfg.n_heads):
             raise UserError("cct: its gated blocks are written for pre-norm encoder-decoders with one width; this "
@@ -102,10 +115,12 @@ class CCTSeq2Seq(EncoderDecoder):
             block.ffn_gate = ControlNet(d, h, slices, gate_bias)
         for block in self.decoder.blocks:
             block.cross_gates = AttnGates(d, h, gate_bias, eps)
-        self.enc_budget = nn.Embedding(n_budgets, d)
-        self.dec_budget = nn.Embedding(n_budgets, d)
-        nn.init.normal_(self.enc_budget.weight, std=0.02)
-        nn.init.normal_(self.dec_budget.weight, std=0.02)
+        self.n_budgets = n_budgets
+        self.control = nn.Embedding(n_budgets * n_budgets, d)
+        nn.init.normal_(self.control.weight, std=0.02)
+        self.drop = nn.Dropout(dropout)
+        for embed in (self.encoder.embed, self.decoder.embed):  # input dropout follows the control embedding
+            embed.drop = nn.Identity()
         self.enc_budget_index = 0
         self.dec_budget_index = 0
         self.alpha = 0.0
@@ -124,15 +139,27 @@ class CCTSeq2Seq(EncoderDecoder):
             return given
         return torch.full((batch,), index, dtype=torch.long, device=device)
 
+    def pair_symbols(self, enc_symbols: Tensor, dec_symbols: Tensor) -> Tensor:
+        """The control symbol of each (encoder budget, decoder budget) pair: enc · n_budgets + dec."""
+        return enc_symbols * self.n_budgets + dec_symbols
+
+    def control_embedding(self, batch: int, device: torch.device, enc_symbols: Tensor | None = None,
+                          dec_symbols: Tensor | None = None) -> Tensor:
+        """[batch, d]: the embedding of each sample's pair symbol (the model's own budget indices where
+        no symbols are given), added to every source and every target token."""
+        enc = self._symbols(batch, device, self.enc_budget_index, enc_symbols)
+        dec = self._symbols(batch, device, self.dec_budget_index, dec_symbols)
+        return self.control(self.pair_symbols(enc, dec))
+
     def _ffn_masked(self, block: nn.Module, x: Tensor, hard: bool, keep: Tensor) -> tuple[Tensor, Tensor]:
         g_f = _gate(block.ffn_gate(block.norm2(x)), self.alpha, self.generator, hard) * keep
-        update = sum(g_f[..., i:i + 1] * block.mlp.forward_slice(i, x) for i in range(self.slices))
+        update = sum(g_f[..., i:i + 1] * self.drop(block.mlp.forward_slice(i, x)) for i in range(self.slices))
         return x + update, g_f
 
     # --- teacher-forced (training) path ---------------------------------------------------------------
-    def _encode_masked(self, src: Tensor, symbols: Tensor | None, hard: bool) -> tuple[Tensor, Tensor]:
+    def _encode_masked(self, src: Tensor, control: Tensor, hard: bool) -> tuple[Tensor, Tensor]:
         x, pad = self.encoder.embed(src)
-        x = x + self.enc_budget(self._symbols(len(src), src.device, self.enc_budget_index, symbols))[:, None]
+        x = self.drop(x + control[:, None])
         keep = (~pad).unsqueeze(-1).to(x.dtype)
         gates = []
         for block in self.encoder.blocks:
@@ -142,16 +169,15 @@ class CCTSeq2Seq(EncoderDecoder):
             g_q = _gate(g.gate_q(y), self.alpha, self.generator, hard) * keep
             attn = block.attn
             k, v = g_kv * g.ln_k(attn.k(y)), g_kv * g.ln_v(attn.v(y))
-            x = x + g_q * attn.o(g.ln_o(core(attn.q(y), k, v, self.heads, pad[:, None, :])))
+            x = x + g_q * attn.o(self.drop(g.ln_o(core(attn.q(y), k, v, self.heads, pad[:, None, :], self.drop))))
             x, g_f = self._ffn_masked(block, x, hard, keep)
             gates.append((g_kv[..., 0], g_q[..., 0], g_f))
         self.gates["encoder"] = gates
         return self.encoder.norm(x), pad
 
-    def _decode_masked(self, tgt: Tensor, memory: Tensor, pad: Tensor, symbols: Tensor | None,
-                       hard: bool) -> Tensor:
+    def _decode_masked(self, tgt: Tensor, memory: Tensor, pad: Tensor, control: Tensor, hard: bool) -> Tensor:
         h, tpad = self.decoder.embed(tgt)
-        h = h + self.dec_budget(self._symbols(len(tgt), tgt.device, self.dec_budget_index, symbols))[:, None]
+        h = self.drop(h + control[:, None])
         keep = (~tpad).unsqueeze(-1).to(h.dtype)
         src_keep = (~pad).unsqueeze(-1).to(h.dtype)
         t = tgt.shape[1]
@@ -164,13 +190,13 @@ class CCTSeq2Seq(EncoderDecoder):
             g_q = _gate(g.gate_q(y), self.alpha, self.generator, hard) * keep
             attn = block.attn
             k, v = g_kv * g.ln_k(attn.k(y)), g_kv * g.ln_v(attn.v(y))
-            h = h + g_q * attn.o(g.ln_o(core(attn.q(y), k, v, self.heads, causal)))
+            h = h + g_q * attn.o(self.drop(g.ln_o(core(attn.q(y), k, v, self.heads, causal, self.drop))))
             yc = block.norm_c(h)
             x_kv = _gate(c.gate_kv(memory), self.alpha, self.generator, hard) * src_keep
             x_q = _gate(c.gate_q(yc), self.alpha, self.generator, hard) * keep
             cross = block.cross
             ck, cv = x_kv * c.ln_k(cross.k(memory)), x_kv * c.ln_v(cross.v(memory))
-            h = h + x_q * cross.o(c.ln_o(core(cross.q(yc), ck, cv, self.heads, pad[:, None, :])))
+            h = h + x_q * cross.o(self.drop(c.ln_o(core(cross.q(yc), ck, cv, self.heads, pad[:, None, :], self.drop))))
             h, g_f = self._ffn_masked(block, h, hard, keep)
             gates.append((g_kv[..., 0], g_q[..., 0], x_kv[..., 0], x_q[..., 0], g_f))
         self.gates["decoder"] = gates
@@ -183,9 +209,10 @@ class CCTSeq2Seq(EncoderDecoder):
             return self.forward(x, enc_symbols, dec_symbols), self.budget_loss(enc_symbols, dec_symbols, budgets)
         src, tgt = self.unpack(x)
         hard = not self.training
-        memory, pad = self._encode_masked(src, enc_symbols, hard)
+        control = self.control_embedding(len(src), src.device, enc_symbols, dec_symbols)
+        memory, pad = self._encode_masked(src, control, hard)
         self._tokens = {"src": (~pad).to(memory.dtype), "tgt": tgt.ne(self.cfg.pad).to(memory.dtype)}
-        return self._decode_masked(tgt, memory, pad, dec_symbols, hard)
+        return self._decode_masked(tgt, memory, pad, control, hard)
 
     # --- budget loss ----------------------------------------------------------------------------------
     def unit_costs(self, s: int, t: int, device: torch.device) -> dict[str, Tensor | float]:
@@ -218,13 +245,17 @@ class CCTSeq2Seq(EncoderDecoder):
         return enc_used, enc_full, dec_used, dec_full
 
     def budget_loss(self, enc_symbols: Tensor, dec_symbols: Tensor, budgets: Tensor) -> Tensor:
-        """Σ over (sub-network, budget group) of |C_budget − C_util| / C_budget (soft gates)."""
+        """Eq. 9: Σ over the pair symbols i of the batch and the sub-networks j (encoder, decoder) of
+        |C_budget,ij − C_util,ij| / C_budget,ij (soft gates), B_i = the sentences fed pair symbol i and
+        C_budget,ij = p_ij · the full cost of sub-network j on B_i."""
         enc_used, enc_full, dec_used, dec_full = self.utilisation()
+        pairs = self.pair_symbols(enc_symbols, dec_symbols)
         loss = enc_used.new_zeros(())
-        for symbols, used, full in ((enc_symbols, enc_used, enc_full), (dec_symbols, dec_used, dec_full)):
-            for i in torch.unique(symbols).tolist():
-                members = symbols == i
-                c_budget = float(budgets[i]) * full[members].sum()
+        for i in torch.unique(pairs).tolist():
+            members = pairs == i
+            for p, used, full in ((budgets[i // self.n_budgets], enc_used, enc_full),
+                                  (budgets[i % self.n_budgets], dec_used, dec_full)):
+                c_budget = float(p) * full[members].sum()
                 loss = loss + (c_budget - used[members].sum()).abs() / c_budget
         return loss.float()
 
@@ -256,7 +287,7 @@ class CCTSeq2Seq(EncoderDecoder):
         d = self.cfg.d_model
         device = src.device
         x, pad = self.encoder.embed(src)
-        x = x + self.enc_budget(self._symbols(b, device, self.enc_budget_index, None))[:, None]
+        x = x + self.control_embedding(b, device)[:, None]
         flat = x.reshape(b * s, d)
         rows = torch.nonzero(~pad.reshape(-1)).squeeze(1)
         owner = torch.div(rows, s, rounding_mode="floor")
@@ -316,7 +347,7 @@ class CCTSeq2Seq(EncoderDecoder):
         r, d, device = tokens.shape[0], self.cfg.d_model, tokens.device
         owner = state.row_sample
         h, _ = self.decoder.embed(tokens[:, None], offset=t)
-        h = h[:, 0] + self.dec_budget(self._symbols(r, device, self.dec_budget_index, None))
+        h = h[:, 0] + self.control_embedding(r, device)
         s = self._src_len
         kv_cost, self_att, x_att = 2.0 * d * d, 2.0 * d * d + 2.0 * (t + 1) * d, 2.0 * d * d + 2.0 * s * d
         cost = torch.zeros(r, dtype=torch.float64, device=device)

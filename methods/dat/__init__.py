@@ -23,9 +23,14 @@ class DATConfig:
                                     help="share of the budget trained aligned with α = 0 (paper: 50k updates "
                                          "first); the rest trains with the exit loss")
     lr: float = param(1e-3, min=0.0, help="peak learning rate of both stages (cosine; task warm-up capped at 10%)")
-    thresholds: list = param([0.2, 0.4, 0.6, 0.8], min=0.0, max=1.0,
-                             help="eval-time knob τ (geometric/confidence; the same τ at every block): one "
-                                  "decode per value on the one trained model")
+    exit_budgets: list = param([1.5, 2.0, 3.0, 4.0], min=1.0,
+                               help="eval-time knob (geometric/confidence): per value a, the per-block thresholds "
+                                    "τ_1..τ_{N-1} of best validation BLEU among the tuned candidates whose "
+                                    "validation average exit is <= a (the cheapest if none is); knob value ae<a>")
+    tune_samples: int = param(64, min=0, help="threshold vectors drawn from U(0,1)^(N-1) and decoded on the "
+                                              "validation split, besides 0.5 at every block (paper: 10k)")
+    tune_sentences: int = param(200, min=0, help="validation sentences each candidate decodes (0 = the whole "
+                                                 "validation split)")
     fixed_exits: list = param([1, 2, 3, 6], min=1,
                               help="also evaluate the aligned model with every token exiting at these blocks "
                                    "(values above N are dropped; [] = none)")
@@ -41,6 +46,6 @@ SPEC = register_method(MethodSpec(
     knob_kind="eval",
     support=requires_backbone("encoder-decoder", "DAT adapts the depth of a decoder; this task has no "
                                                  "encoder-decoder backbone"),
-    test_overrides=("dat.thresholds=[0.5]", "dat.fixed_exits=[1]"),
-    eval_examples=("dat.thresholds=[0.7]", "dat.fixed_exits=[2]",),
+    test_overrides=("dat.exit_budgets=[1.5]", "dat.fixed_exits=[1]", "dat.tune_samples=3", "dat.tune_sentences=12"),
+    eval_examples=("dat.exit_budgets=[2.5]", "dat.fixed_exits=[2]",),
 ))

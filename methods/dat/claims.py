@@ -8,7 +8,7 @@ CLAIMS = [
         source="Elbayad et al. 2020, Depth-Adaptive Transformer, IWSLT'14 de-en",
         statement="DAT matches the full-depth model's BLEU while using a fraction of the decoder blocks.",
         task="iwslt",
-        checks=(Beats(Select("dat", label="DAT Tok-C thresholds", variant_has="oracle=correctness", knob=r"[0-9.]+"),
+        checks=(Beats(Select("dat", label="DAT Tok-C thresholds", variant_has="oracle=correctness", knob=r"ae[0-9.]+"),
                       Select("dense", label="full-depth base", knob="w1-d1", variant_is=""),
                       margin=-0.3, b_is_point=True, max_cost=0.9, quantifier="any",
                       title="some DAT threshold at ≤ 90% of the dense cost within 0.3 BLEU of the full-depth base"),),

@@ -8,14 +8,17 @@ Recipe (paper §2–3), two declared stages on the core's method budget
 2. ``exit`` (the rest): L_dec + α·L_exit, L_exit = cross-entropy between the halting distribution q_t
    and the oracle q*_t = δ(argmax_n score_t^n − λ·n) (ties → lowest n), scores from the detached
    classifier outputs: correctness 1[y_t = argmax C_n] or likelihood log p_n(y_t), RBF-smoothed over
-   time steps when σ > 0 (weights exp(−(t−t')²/(2σ²)) over the target's positions).  Sequence halting:
+   time steps when σ > 0 (weights exp(−(t−t')²/σ), Eq. 15, over the target's positions).  Sequence halting:
    q* = δ(argmax_n Σ_t score_t^n − λ·n).  The exit loss back-propagates into the whole model (paper).
    ``halting=confidence`` has no halting unit: the whole budget is aligned training.
 The paper does not give α; 1 is our default.  Both stages: Adam, the method's ``lr``, cosine schedule,
 the task's warm-up capped at 10% of the stage, gradient clipping from the task.
 
-Evaluation: the knob is the threshold τ (eval time: one model, one decode per τ) for geometric and
-confidence halting; multinomial and sequence halting take the argmax exit (knob value ``argmax``).
+Evaluation: geometric and confidence halting exit at block n when χ_n (or the max probability of C_n)
+exceeds τ_n, one threshold per block, tuned on the validation split (paper §3.2,
+methods/dat/tuning.py): the knob value ``ae<a>`` applies the thresholds of best validation BLEU whose
+validation average exit is ≤ a; the test split is only decoded with thresholds fixed before it is
+read.  Multinomial and sequence halting take the argmax exit (knob value ``argmax``).
 ``fixed_exits`` adds points where every token exits at block n (the aligned model cut at depth n; the
 paper's "aligned, fixed exit" rows).  Per-sentence MACs come from the decision log
 (:func:`methods.dat.model.sample_macs_from_log`).
@@ -32,16 +35,18 @@ from bench.api import Batch, Method
 from bench.errors import UserError
 from bench.protocol import Stage, StepContext, short_stage_policy
 from methods.dat import model as M
+from methods.dat import tuning as T
 
 OWNER = "dat"
 
 
 def rbf_smooth(scores: Tensor, valid: Tensor, sigma: float) -> Tensor:
-    """Σ_t' κ(t, t') score_t'^n over the valid positions, κ = exp(−(t−t')²/(2σ²)); scores [B, T, N]."""
+    """Σ_t' κ(t, t') score_t'^n over the valid positions, κ = exp(−(t−t')²/σ) (Eq. 15); scores [B, T, N].
+    σ = 0: no smoothing (the paper's σ → 0, the current token only)."""
     if sigma <= 0:
         return scores
     t = torch.arange(scores.shape[1], device=scores.device, dtype=scores.dtype)
-    kernel = torch.exp(-((t[:, None] - t[None, :]) ** 2) / (2 * sigma * sigma))  # [T, T']
+    kernel = torch.exp(-((t[:, None] - t[None, :]) ** 2) / sigma)  # [T, T']
     weights = kernel[None] * valid[:, None, :].to(scores.dtype)  # [B, T, T']
     return torch.einsum("btu,bun->btn", weights, scores * valid[..., None].to(scores.dtype))
 
@@ -66,6 +71,8 @@ def oracle(logits: list[Tensor], y: Tensor, valid: Tensor, *, kind: str, lam: fl
 
 class DAT(Method):
     name = "dat"
+    # 2: the RBF kernel of Eq. 15, exp(−(t−t')²/σ); per-block thresholds tuned on the validation split
+    version = 2
 
     # --- losses ---------------------------------------------------------------------------------
     def _aligned(self, logits: list[Tensor], batch: Batch) -> Tensor:
@@ -123,7 +130,7 @@ class DAT(Method):
     # --- knob -----------------------------------------------------------------------------------
     def knob_values(self) -> list[Any]:
         if self.cfg.halting in ("geometric", "confidence"):
-            values: list[Any] = [float(t) for t in self.cfg.thresholds]
+            values: list[Any] = [T.budget_label(float(a)) for a in self.cfg.exit_budgets]
         else:
             values = ["argmax"]
         values += [f"exit{int(k)}" for k in self.cfg.fixed_exits]  # checked against the decoder in convert
@@ -134,8 +141,20 @@ class DAT(Method):
             model.fixed_exit = int(value[4:])
             return
         model.fixed_exit = None
-        if value != "argmax":
-            model.threshold = float(value)
+        budget = T.parse_budget(value)
+        if budget is not None:
+            chosen = T.choose(self.tuned(model), budget)
+            model.thresholds = list(chosen.thresholds)
+            model.tuned_choice = chosen
+
+    def tuned(self, model: nn.Module) -> list[T.Candidate]:
+        """The threshold candidates of this trained model with their validation BLEU and average exit
+        (tuned once per model, on the validation split only: :mod:`methods.dat.tuning`)."""
+        if getattr(model, "tuned_candidates", None) is None:
+            c = self.cfg
+            model.tuned_candidates = T.tune(model, self.task, int(c.tune_samples), int(c.tune_sentences),
+                                            int(self.run.seed))
+        return model.tuned_candidates
 
     # --- cost -----------------------------------------------------------------------------------
     def sample_macs(self, model: nn.Module, batch: Batch) -> Tensor:
@@ -155,6 +174,11 @@ class DAT(Method):
         total = torch.zeros(log.batch, dtype=torch.float64).index_add_(0, rows, exits)
         columns = {"avg_exit": avg, "avg_exit_all": total / count.clamp_min(1)}
         columns.update({f"exit_p{i}": trace[:, i] for i in range(trace.shape[1])})
+        chosen = getattr(model, "tuned_choice", None)
+        if chosen is not None and model.fixed_exit is None:  # the thresholds in use and their validation scores
+            same = torch.ones(log.batch, dtype=torch.float64)
+            columns.update({f"tau_{n + 1}": same * t for n, t in enumerate(model.thresholds)})
+            columns.update({"valid_bleu": same * chosen.bleu, "valid_avg_exit": same * chosen.avg_exit})
         return columns
 
     def variant(self) -> str:

@@ -7,11 +7,13 @@ Classifiers: C_n = LayerNorm_n → Linear_n (d → V).  C_N is the dense model's
 
 Halting (``halting``):
   geometric    χ_n = σ(w_n·LN_n(h_n) + b_n) after blocks n < N (``halt[n]``: d → 1); exit at the first n
-               with χ_n > τ, else N.  Training distribution q(n) = χ_n Π_{m<n}(1 − χ_m), q(N) = Π(1 − χ_m).
+               with χ_n > τ_n, else N.  Training distribution q(n) = χ_n Π_{m<n}(1 − χ_m), q(N) = Π(1 − χ_m).
   multinomial  one d → N softmax on LN_1(h_1) after block 1 (``halt[0]``) picks the exit of the token.
   sequence     one d → N softmax on the mean (over source tokens) of the encoder output picks the exit of
                every token of the sentence (``halt[0]``).
-  confidence   exit at the first n whose classifier's max probability exceeds τ (no halting unit).
+  confidence   exit at the first n whose classifier's max probability exceeds τ_n (no halting unit).
+Thresholds: ``thresholds`` = (τ_1, …, τ_{N−1}), one per block below N (the paper's default exit rule:
+0.5 everywhere; the method tunes them on the validation split, methods/dat/tuning.py).
 Evaluation-time override ``fixed_exit = n``: every token exits at block n (the aligned model at depth n).
 
 Decoding step t (all rows = live hypotheses of all sentences): block n runs on the rows still active
@@ -72,10 +74,14 @@ class DATModel(EncoderDecoder):
             self.halt = nn.ModuleList([nn.Linear(self.cfg.d_model, n)])
         else:
             self.halt = nn.ModuleList()
-        for unit in self.halt:  # start near "continue" (geometric) / uniform (multinomial)
+        # zero-initialised (the paper gives no initialisation): geometric χ_n = 0.5 at every block, i.e. an exit
+        # distribution q(n) = 2^-n (q(N) = 2^-(N-1)); multinomial and sequence: uniform over the N exits
+        for unit in self.halt:
             nn.init.zeros_(unit.weight)
             nn.init.zeros_(unit.bias)
-        self.threshold = 0.5
+        self.thresholds: list[float] = [0.5] * (n - 1)  # τ_n of blocks 1..N−1
+        self.tuned_candidates = None  # the method's validation-tuned threshold candidates (methods/dat/tuning.py)
+        self.tuned_choice = None  # the candidate whose thresholds are in use
         self.fixed_exit: int | None = None
         self.log = DecisionLog()
         self.record_trace = True
@@ -169,10 +175,10 @@ class DATModel(EncoderDecoder):
             return torch.full((len(rows),), n + 1 == self.fixed_exit, dtype=torch.bool, device=h.device), None
         if self.halting == "geometric":
             chi = torch.sigmoid(self.halt[n](self.exit_norms[n](h)).squeeze(-1))
-            return chi > self.threshold, None
+            return chi > self.thresholds[n], None
         if self.halting == "confidence":
             logits = self.logits(n, h)
-            return torch.softmax(logits.float(), dim=-1).amax(dim=-1) > self.threshold, logits
+            return torch.softmax(logits.float(), dim=-1).amax(dim=-1) > self.thresholds[n], logits
         if self.halting == "multinomial":
             assert first is not None
             return first == n + 1, None

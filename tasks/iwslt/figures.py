@@ -10,6 +10,7 @@ mean) and decoder MACs per generated token (Σ decoder_macs / Σ out_tokens over
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -136,7 +137,7 @@ def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path
     exits = exit_position_table(rows, results_dir)
     if not exits.empty:
         panels = sorted({(o, v) for o, v in zip(exits["oracle"], exits["knob_value"]) if not v.startswith("exit")},
-                        key=lambda p: (p[0], float(p[1])))
+                        key=lambda p: (p[0], _knob_order(p[1]), p[1]))
         if panels:
             several = len({o for o, _ in panels}) > 1
             cols = min(5, len(panels))
@@ -155,7 +156,7 @@ def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path
                 grid = grid / np.maximum(grid.sum(axis=0, keepdims=True), 1)
                 im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=1,
                                extent=(0.5, positions + 0.5, 0.5, blocks + 0.5))
-                ax.set(title=f"τ = {value}" + (f" ({oracle} oracle)" if several and oracle else "")
+                ax.set(title=_knob_title(value) + (f" ({oracle} oracle)" if several and oracle else "")
                        + f"\n(≥ {fewest} tokens per position)",
                        xlabel="output token position", ylabel="exit block", yticks=range(1, blocks + 1))
             for ax in list(axes.flat)[len(panels):]:
@@ -168,3 +169,19 @@ def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path
             plt.close(fig)
             written.append(path)
     return written
+
+
+def _knob_order(value: str) -> float:
+    """Numeric order of a DAT knob value: a shared threshold ``0.5`` (older rows), an average-exit budget
+    ``ae1.5`` of validation-tuned per-block thresholds; other values (``argmax``) last."""
+    text = value[2:] if value.startswith("ae") else value
+    try:
+        return float(text)
+    except ValueError:
+        return math.inf
+
+
+def _knob_title(value: str) -> str:
+    if value.startswith("ae"):
+        return f"τ_n tuned on valid, AE ≤ {value[2:]}"
+    return f"τ = {value}"
