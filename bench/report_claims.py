@@ -723,7 +723,8 @@ def _headline(result: ClaimResult) -> tuple[str, str]:
     number, it = found
     value = f"Δ = {ci_text(it.delta, it.lo, it.hi, '.4f', sign=True)}" if it.b else it.a
     prefix = f"check {number}, " if len(result.checks) > 1 else ""
-    return f"{prefix}{it.where}: {value}" + (f" ({it.reason})" if it.reason else ""), it.need or NA
+    value = f": {value}" if value else ""
+    return f"{prefix}{it.where}{value}" + (f" ({it.reason})" if it.reason else ""), it.need or NA
 
 
 def _mde_text(test: Test) -> str:
