@@ -162,6 +162,13 @@ class Task:
         """A real input batch for timing (taken from the evaluation split)."""
         raise NotImplementedError
 
+    def validation_task(self) -> "Task | None":
+        """This task evaluating its validation split instead of its evaluation split (held out from training
+        and from the evaluation split; same metric), or None when the task has none.  Whatever is tuned or
+        selected -- a method's thresholds, which points form a front in the report -- is chosen on it and
+        reported on the evaluation split.  Built once per run (the runner keeps it)."""
+        return None
+
     # --- model ------------------------------------------------------------------------------
     def build_backbone(self, width: float = 1.0, depth: float = 1.0) -> nn.Module:
         raise NotImplementedError

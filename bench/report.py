@@ -65,31 +65,55 @@ def pareto_mask(cost, quality, higher_is_better: bool = True) -> np.ndarray:
     return mask
 
 
-def upper_hull(cost, quality, higher_is_better: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def upper_hull(cost, quality, higher_is_better: bool = True, chosen_by=None) -> tuple[np.ndarray, np.ndarray]:
     """The upper concave hull of a set of points, as vertices (cost ascending, quality).
 
     Definition used throughout this module: the smallest concave, non-decreasing (in goodness) line over the
     Pareto points (duplicates merged), from the cheapest Pareto point on -- so a point on or below the chord
     of two others is not a vertex.  A segment is achievable: running its two end configurations on a random
     mix of samples gives, in expectation, every point of the line between them, so the hull is the best
-    quality a budget buys by mixing measured configurations.  If the costliest measured point is dominated,
-    the hull is continued flat from the last vertex to that cost (any budget in between affords that vertex,
-    so nothing is extrapolated).  The hull therefore spans exactly [min cost, max cost] of the finite points.
-    Empty arrays if no point is finite.
+    quality a budget buys by mixing measured configurations.  If the costliest measured point is not a
+    vertex, the hull is continued flat from the last vertex to that cost (any budget in between affords that
+    vertex, so nothing is extrapolated).  The hull therefore spans exactly [min cost, max cost] of the finite
+    points.  ``chosen_by`` (the points' validation-split quality): the vertices are chosen on it and the
+    hull reads ``quality`` at them (:func:`hull_vertices`).  Empty arrays if no point is finite.
     """
-    c = np.asarray(cost, dtype=float)
-    q = np.asarray(quality, dtype=float)
-    mask = pareto_mask(c, q, higher_is_better)
-    if not mask.any():
+    c, q = np.asarray(cost, dtype=float), np.asarray(quality, dtype=float)
+    vertices, max_cost = hull_vertices(c, q, higher_is_better, chosen_by)
+    if vertices.size == 0:
         return np.empty(0), np.empty(0)
-    front_c, index = np.unique(c[mask], return_index=True)  # Pareto costs are unique up to duplicates
-    front_q = q[mask][index]
-    keep = concave_vertices(front_c, _goodness(front_q, higher_is_better))
-    hull_c, hull_q = front_c[keep], front_q[keep]
-    max_cost = float(np.nanmax(np.where(np.isfinite(q), c, np.nan)))
+    hull_c, hull_q = c[vertices], q[vertices]
     if max_cost > hull_c[-1]:
         hull_c, hull_q = np.append(hull_c, max_cost), np.append(hull_q, hull_q[-1])
     return hull_c, hull_q
+
+
+def selection_quality(quality, chosen_by) -> np.ndarray:
+    """What a hull's vertices are chosen on: ``chosen_by`` (validation-split quality) where every point with
+    a finite ``quality`` has a finite one, else ``quality`` itself (rows without a validation metric)."""
+    q = np.asarray(quality, dtype=float)
+    if chosen_by is None:
+        return q
+    v = np.asarray(chosen_by, dtype=float)
+    return v if v.shape == q.shape and np.all(np.isfinite(v[np.isfinite(q)])) else q
+
+
+def hull_vertices(cost, quality, higher_is_better: bool = True, chosen_by=None) -> tuple[np.ndarray, float]:
+    """The indices of the hull's vertices (cost ascending; the first of points at equal cost) and the cost
+    of the costliest finite point (where a flat continuation ends).  The vertices are the Pareto points of
+    :func:`selection_quality` that :func:`concave_vertices` keeps: with a validation metric the front is
+    chosen off the test split, so a test value is never both what selected a point and what is reported."""
+    c, q = np.asarray(cost, dtype=float), np.asarray(quality, dtype=float)
+    select = selection_quality(q, chosen_by)
+    mask = pareto_mask(c, select, higher_is_better) & np.isfinite(q)
+    if not mask.any():
+        return np.empty(0, dtype=int), math.nan
+    index = np.flatnonzero(mask)
+    index = index[np.argsort(c[index], kind="stable")]
+    _, first = np.unique(c[index], return_index=True)  # one point per cost: the first of equal ones
+    front = index[first]
+    keep = concave_vertices(c[front], _goodness(select[front], higher_is_better))
+    return front[keep], float(np.nanmax(np.where(np.isfinite(q), c, np.nan)))
 
 
 def concave_vertices(cost: np.ndarray, goodness: np.ndarray) -> list[int]:
@@ -113,20 +137,20 @@ def _in_range(x: float, lo: float, hi: float) -> bool:
     return math.isfinite(x) and lo - tol <= x <= hi + tol
 
 
-def quality_at_budget(cost, quality, budget: float, higher_is_better: bool = True) -> float:
+def quality_at_budget(cost, quality, budget: float, higher_is_better: bool = True, chosen_by=None) -> float:
     """Quality on the upper hull at cost ``budget``; NaN outside the hull's cost range (no extrapolation)."""
-    hull_c, hull_q = upper_hull(cost, quality, higher_is_better)
+    hull_c, hull_q = upper_hull(cost, quality, higher_is_better, chosen_by)
     if hull_c.size == 0 or not _in_range(budget, hull_c[0], hull_c[-1]):
         return math.nan
     return float(np.interp(np.clip(budget, hull_c[0], hull_c[-1]), hull_c, hull_q))
 
 
-def cost_to_reach(cost, quality, target: float, higher_is_better: bool = True) -> float:
+def cost_to_reach(cost, quality, target: float, higher_is_better: bool = True, chosen_by=None) -> float:
     """Smallest cost at which the upper hull reaches quality ``target`` (linear between vertices).
 
     Returns the hull's lowest cost if its cheapest point already reaches the target, NaN if it never does.
     """
-    hull_c, hull_q = upper_hull(cost, quality, higher_is_better)
+    hull_c, hull_q = upper_hull(cost, quality, higher_is_better, chosen_by)
     g, goal = _goodness(hull_q, higher_is_better), float(_goodness(target, higher_is_better))
     reached = np.flatnonzero(g >= goal)
     if reached.size == 0 or not math.isfinite(goal):
@@ -134,16 +158,16 @@ def cost_to_reach(cost, quality, target: float, higher_is_better: bool = True) -
     i = int(reached[0])
     if i == 0:
         return float(hull_c[0])
-    fraction = (goal - g[i - 1]) / (g[i] - g[i - 1])  # g is strictly increasing up to index i
+    fraction = (goal - g[i - 1]) / (g[i] - g[i - 1])  # i is the first vertex reaching the goal: g[i-1] < goal
     return float(hull_c[i - 1] + fraction * (hull_c[i] - hull_c[i - 1]))
 
 
-def normalized_auc(cost, quality, lo: float, hi: float, higher_is_better: bool = True) -> float:
+def normalized_auc(cost, quality, lo: float, hi: float, higher_is_better: bool = True, chosen_by=None) -> float:
     """Area under the upper hull over [lo, hi] divided by (hi - lo): the hull's mean quality there.
 
     NaN if the hull does not cover [lo, hi] or the range is empty (lo > hi); quality at ``lo`` if lo == hi.
     """
-    hull_c, hull_q = upper_hull(cost, quality, higher_is_better)
+    hull_c, hull_q = upper_hull(cost, quality, higher_is_better, chosen_by)
     if hull_c.size == 0 or not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
         return math.nan
     if not (_in_range(lo, hull_c[0], hull_c[-1]) and _in_range(hi, hull_c[0], hull_c[-1])):
@@ -364,7 +388,7 @@ def row_fractions(rows, macs_dense: float):
 
 
 def _aggregate(rows, macs_dense: float):
-    for column in ("latency_b1_ratio", "throughput_ratio"):  # absent from rows of schema version 1
+    for column in ("latency_b1_ratio", "throughput_ratio", "val_quality"):  # absent from older schema versions
         if column not in rows:
             rows = rows.assign(**{column: math.nan})
     for column in ("setting", "variant", "row_key"):
@@ -375,6 +399,7 @@ def _aggregate(rows, macs_dense: float):
     points = grouped.agg(
         knob_kind=("knob_kind", "first"), knob_name=("knob_name", "first"),
         cost=("macs_mean", "mean"), frac=("_frac", "mean"), quality=("quality", "mean"),
+        val_quality=("val_quality", lambda v: v.mean(skipna=False)),  # NaN unless every seed has one
         q_min=("quality", "min"), q_max=("quality", "max"), n_seeds=("seed", "nunique"),
         latency_ms=("latency_b1_ms", "mean"), latency_ratio=("latency_b1_ratio", "mean"),
         throughput_ratio=("throughput_ratio", "mean"),
@@ -514,33 +539,30 @@ def front_share(view: TaskView) -> np.ndarray:
     return out
 
 
-def hull_weights(cost, quality, budget: float, higher_is_better: bool = True) -> np.ndarray | None:
+def hull_weights(cost, quality, budget: float, higher_is_better: bool = True, chosen_by=None) -> np.ndarray | None:
     """Weights over the points with ``weights @ quality == quality_at_budget(cost, quality, budget)``: the
     two hull vertices either side of ``budget`` share the weight linearly (one vertex carries it all at a
-    vertex or on the flat continuation past the last Pareto point); None outside the hull's cost range."""
+    vertex or on the flat continuation past the last vertex); None outside the hull's cost range."""
     c, q = np.asarray(cost, dtype=float), np.asarray(quality, dtype=float)
-    hull_c, _ = upper_hull(c, q, higher_is_better)
-    if hull_c.size == 0 or not _in_range(budget, hull_c[0], hull_c[-1]):
+    vertices, max_cost = hull_vertices(c, q, higher_is_better, chosen_by)
+    if vertices.size == 0 or not _in_range(budget, c[vertices[0]], max(max_cost, c[vertices[-1]])):
         return None
-    on_front = pareto_mask(c, q, higher_is_better)
-    last_front = float(c[on_front].max())
-
-    def vertex(cost_at: float) -> int:  # the Pareto point at a vertex's cost (the first, as upper_hull keeps)
-        return int(np.flatnonzero(on_front & (c == min(cost_at, last_front)))[0])
-
-    x = float(np.clip(budget, hull_c[0], hull_c[-1]))
-    right = min(int(np.searchsorted(hull_c, x, side="left")), hull_c.size - 1)
+    at = c[vertices]
+    x = float(np.clip(budget, at[0], max(max_cost, at[-1])))
     weights = np.zeros(c.size)
-    if hull_c[right] == x or right == 0:
-        weights[vertex(float(hull_c[right]))] = 1.0
-        return weights
-    share = (x - hull_c[right - 1]) / (hull_c[right] - hull_c[right - 1])
-    np.add.at(weights, [vertex(float(hull_c[right - 1])), vertex(float(hull_c[right]))], [1.0 - share, share])
+    right = int(np.searchsorted(at, x, side="left"))
+    if right >= at.size:  # on the flat continuation past the last vertex
+        weights[vertices[-1]] = 1.0
+    elif at[right] == x or right == 0:
+        weights[vertices[right]] = 1.0
+    else:
+        share = (x - at[right - 1]) / (at[right] - at[right - 1])
+        np.add.at(weights, [vertices[right - 1], vertices[right]], [1.0 - share, share])
     return weights
 
 
 def hull_draws(cost, quality, quality_draws: np.ndarray, budget: float,
-               higher_is_better: bool = True) -> np.ndarray:
+               higher_is_better: bool = True, chosen_by=None) -> np.ndarray:
     """Bootstrap draws of :func:`quality_at_budget` at ``budget``, with the hull fixed by the estimates.
 
     ``quality`` ([points]) are the points' estimates and ``quality_draws`` ([points, B]) their resamples
@@ -550,7 +572,7 @@ def hull_draws(cost, quality, quality_draws: np.ndarray, budget: float,
     the estimate when points are close.  Which points are on the front, and how surely, is :func:`front_share`'s
     question.  Returns [B]; NaN where the budget lies outside the points' cost range."""
     draws = np.asarray(quality_draws, dtype=float)
-    weights = hull_weights(cost, quality, budget, higher_is_better)
+    weights = hull_weights(cost, quality, budget, higher_is_better, chosen_by)
     if weights is None:
         return np.full(draws.shape[1], np.nan)
     used = weights > 0
@@ -582,7 +604,7 @@ def summarize(view: TaskView):
     lines = []
     for curve, idx in points.groupby("curve", sort=False).groups.items():
         pts = points.loc[idx]
-        c, q = pts["frac"].to_numpy(), pts["quality"].to_numpy()
+        c, q, v = pts["frac"].to_numpy(), pts["quality"].to_numpy(), pts["val_quality"].to_numpy()
         curve_front = on_front[points.index.get_indexer(idx)]
         line = {
             "method": curve, "knob": pts["knob_name"].iloc[0], "kind": pts["knob_kind"].iloc[0],
@@ -594,12 +616,13 @@ def summarize(view: TaskView):
         }
         draws = [point_draws(view, keys) for keys in pts["keys"]] if "keys" in pts else []
         for budget in BUDGETS:
-            line[f"q@{budget:.0%}"] = quality_at_budget(c, q, budget, hib)
+            line[f"q@{budget:.0%}"] = quality_at_budget(c, q, budget, hib, v)
             line[f"ci@{budget:.0%}"] = (math.nan, math.nan)
             if draws and all(d is not None for d in draws) and math.isfinite(line[f"q@{budget:.0%}"]):
-                line[f"ci@{budget:.0%}"] = stats.interval(hull_draws(c, q, np.stack(draws), budget, hib))
-        line["reach"] = cost_to_reach(c, q, target, hib)
-        line["auc"] = normalized_auc(c, q, *view.common, hib) if view.common else math.nan
+                line[f"ci@{budget:.0%}"] = stats.interval(hull_draws(c, q, np.stack(draws), budget, hib, v))
+        line["reach"] = cost_to_reach(c, q, target, hib, v)
+        line["auc"] = normalized_auc(c, q, *view.common, hib, v) if view.common else math.nan
+        line["chosen_on"] = "validation" if selection_quality(q, v) is not q else "test"
         line["hv"] = hypervolume(c, q, REFERENCE_COST, ref_q, hib)
         lines.append(line)
     return pd.DataFrame(lines)
@@ -644,7 +667,8 @@ def summary_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
     summary = summarize(view)
     header = ["method", "knob", "kind", "#points", "#seeds", "Pareto-optimal"]
     header += [f"{view.metric} @ {b:.0%} dense" for b in BUDGETS]
-    header += [f"cost to reach dense {'−' if view.higher_is_better else '+'} δ", "normalized AUC", "hypervolume"]
+    header += [f"cost to reach dense {'−' if view.higher_is_better else '+'} δ", "normalized AUC", "hypervolume",
+               "hull chosen on"]
     table = []
     for s in summary.to_dict("records"):
         sure = s.get("pareto_sure")
@@ -652,7 +676,7 @@ def summary_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
                                                         else "") + ")") if s["pareto"] else "no"
         table.append([s["method"], s["knob"], s["kind"], str(s["points"]), str(s["seeds"]), flag]
                      + [_with_ci(s[f"q@{b:.0%}"], s[f"ci@{b:.0%}"]) for b in BUDGETS]
-                     + [_num(100 * s["reach"], ".1f", "%"), _num(s["auc"]), _num(s["hv"])])
+                     + [_num(100 * s["reach"], ".1f", "%"), _num(s["auc"]), _num(s["hv"]), s["chosen_on"]])
     return header, table
 
 

@@ -16,9 +16,8 @@ import pandas as pd
 
 from bench import stats
 from bench.claims import Beats, Claim, Increases, Reaches, Select
-from bench.report import (NA, TaskView, _goodness, hull_draws, knob_label, markdown_table, md_escape,
-                          pareto_mask, quality_at_budget, row_fractions, upper_hull,
-                          write_page)
+from bench.report import (NA, TaskView, _goodness, hull_draws, hull_vertices, knob_label, markdown_table,
+                          md_escape, quality_at_budget, row_fractions, write_page)
 
 HOLDS, FAILS, UNSURE = "holds", "does not hold", "inconclusive"
 UNTESTED = "not tested"  # no row matches a selection: nothing was compared
@@ -48,7 +47,8 @@ RULES = [
     "* At a budget, a method's quality is read on its upper concave hull: the smallest concave line over its Pareto "
     "points (a point on or below the chord of two others is not a vertex; a segment is reached by running its two "
     "end points on shares of the inputs), so between two vertices the value is an interpolation. Each seed's hull "
-    "is chosen on that seed's own points (on the test split: the rows carry no validation-split metric yet), and "
+    "is chosen on that seed's own points, on the validation split where every one of its rows has a validation "
+    "metric (schema 7 rows of a task with a validation split; older rows: on the test split), and "
     "every bootstrap resample is read on that same line: the CI is that of the value printed, conditional on the "
     "vertices chosen (which points are on the front is the leaderboard's \"on the front\" share). The \"hull read "
     "between\" column names the vertices of the seed means' hull, as a guide; a seed's own hull can differ. A budget "
@@ -475,26 +475,27 @@ def hull_segment(pts, budget: float, higher_is_better: bool) -> str:
     """Which measured points a hull value at ``budget`` (a fraction of dense cost) is read between: one point
     where the budget is a hull vertex, else the two vertices either side (the value is on the straight line
     joining them); "not measured" outside the points' cost range."""
-    hull_c, _ = upper_hull(pts["frac"], pts["quality"], higher_is_better)
-    if hull_c.size == 0 or not (hull_c[0] - 1e-9 <= budget <= hull_c[-1] + 1e-9):
+    c = pts["frac"].to_numpy(dtype=float)
+    chosen = pts["val_quality"].to_numpy(dtype=float) if "val_quality" in pts else None
+    vertices, max_cost = hull_vertices(c, pts["quality"].to_numpy(dtype=float), higher_is_better, chosen)
+    if vertices.size == 0 or not (c[vertices[0]] - 1e-9 <= budget <= max(max_cost, c[vertices[-1]]) + 1e-9):
         return "not measured"
     several = pts["curve"].nunique() > 1
-    on_front = pts[pareto_mask(pts["frac"], pts["quality"], higher_is_better)]
 
-    def name(cost: float) -> str:  # a hull vertex: a Pareto point (never a dominated point of equal cost)
-        point = on_front.loc[(on_front["frac"] - cost).abs().idxmin()]
+    def name(i: int) -> str:
+        point = pts.iloc[i]
         curve = f"{point['curve']} " if several else ""
-        return f"{curve}{point['knob_name']}={knob_label(point['knob_value'])} ({100 * cost:.1f}%)"
+        return f"{curve}{point['knob_name']}={knob_label(point['knob_value'])} ({100 * c[i]:.1f}%)"
 
-    front = on_front["frac"].to_numpy(dtype=float)
-    if budget >= front.max() - 1e-9:  # at or past the costliest Pareto point: the hull is flat there
-        last = name(float(front.max()))
-        return last if budget <= front.max() + 1e-9 else f"{last}, flat beyond it (the costlier points are dominated)"
-    at = np.flatnonzero(np.isclose(hull_c, budget, rtol=0, atol=1e-9))
-    if at.size:
-        return name(float(hull_c[at[0]]))
-    left, right = hull_c[hull_c < budget].max(), hull_c[hull_c > budget].min()
-    return f"{name(float(left))} to {name(float(right))}"
+    at = c[vertices]
+    if budget >= at[-1] - 1e-9:  # at or past the last vertex: the hull is flat there
+        last = name(int(vertices[-1]))
+        return last if budget <= at[-1] + 1e-9 else f"{last}, flat beyond it (the costlier points are dominated)"
+    exact = np.flatnonzero(np.isclose(at, budget, rtol=0, atol=1e-9))
+    if exact.size:
+        return name(int(vertices[exact[0]]))
+    right = int(np.searchsorted(at, budget))
+    return f"{name(int(vertices[right - 1]))} to {name(int(vertices[right]))}"
 
 
 def beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
@@ -509,6 +510,8 @@ def beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
     a_seeds, b_seeds = _seed_rows(view, a_pts), _seed_rows(view, b_pts)
     # a seed's hull is drawn at its own rows' costs, not the seed means'
     own_frac = dict(zip(view.rows["row_key"], row_fractions(view.rows, view.macs_dense)))
+    own_val = dict(zip(view.rows["row_key"], view.rows["val_quality"] if "val_quality" in view.rows
+                       else [math.nan] * len(view.rows)))
     b_point = b_pts.iloc[0] if check.b_is_point else None
     if check.b_is_point and len(b_pts) != 1:
         found = "; ".join(f"{p['curve']} {p['knob_name']}={knob_label(p['knob_value'])}" for _, p in b_pts.iterrows())
@@ -527,14 +530,16 @@ def beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
         return view.unc.mean_draws([key]) if one_set else None
 
     def seed_hull(seeds: dict[int, dict], seed: int, x: float) -> tuple[float, np.ndarray | None]:
-        """One seed's hull at ``x`` (its rows at their own cost fractions) and its draws; NaN without rows."""
+        """One seed's hull at ``x`` (its rows at their own cost fractions; vertices chosen on its rows'
+        validation quality where they have one) and its draws; NaN without rows."""
         entries = list(seeds.get(seed, {}).values())
         fracs, qualities = [own_frac[e[1]] for e in entries], [e[0] for e in entries]
-        value = quality_at_budget(fracs, qualities, x, hib) if entries else math.nan
+        chosen = [own_val[e[1]] for e in entries]
+        value = quality_at_budget(fracs, qualities, x, hib, chosen) if entries else math.nan
         draws = [row_draws(e[1]) for e in entries]
         if not math.isfinite(value) or any(d is None for d in draws):
             return value, None
-        return value, hull_draws(fracs, qualities, np.stack(draws), x, hib)
+        return value, hull_draws(fracs, qualities, np.stack(draws), x, hib, chosen)
 
     def b_at(x: float, seed: int) -> tuple[float, np.ndarray | None]:
         if check.b_is_point:

@@ -115,7 +115,8 @@ def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "",
         color = method_color(method)
         static = str(pts["knob_kind"].iloc[0]) == "static"
         marker, line = variant_style(variants.get(str(curve), 0), static)
-        hx, hy = upper_hull(pts["x"], pts["quality"], view.higher_is_better) if not static else ([], [])
+        chosen = pts["val_quality"] if "val_quality" in pts else None  # vertices chosen on validation
+        hx, hy = upper_hull(pts["x"], pts["quality"], view.higher_is_better, chosen) if not static else ([], [])
         hull = len(hx) > 1  # the legend shows a line only where one is drawn
         lo = pts["ci_lo"] if "ci_lo" in pts else pd_nan(pts)
         hi = pts["ci_hi"] if "ci_hi" in pts else pd_nan(pts)

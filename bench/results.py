@@ -24,10 +24,10 @@ from typing import Any, Callable, Iterable
 
 from bench.errors import DISK_FULL_ERRNOS, disk_full
 
-SCHEMA_VERSION = 6  # 2: same-process dense timing ratios and the cost check; 3: load average, code version;
+SCHEMA_VERSION = 7  # 2: same-process dense timing ratios and the cost check; 3: load average, code version;
 # 4: the training protocol's version; 5: precision, compute dtypes of the counter and the timer, world size
 # (rows without these columns: fp32, one process); 6: base_train_time_s, and train_time_s without the base's
-# time for a method that fine-tunes it
+# time for a method that fine-tunes it; 7: val_quality and val_n (the task's validation split)
 # The training protocol a row's model was trained under: 1 = each method's own budget, data order and seeds
 # (rows without this column); 2 = stages run by the core (bench/protocol.py: one method budget, data
 # continuing after the base model, per-step seeds).  Reports never join rows of two versions in one curve.
@@ -124,6 +124,10 @@ class ResultRow:
     world_size: int = 1
     # wall seconds of the dense base the row's model starts from (NaN when it starts from scratch; schema 6)
     base_train_time_s: float = float("nan")
+    # the same metric on the task's validation split and its size (NaN / 0: the task has none; schema 7): what
+    # the report selects (a method's front) is chosen on it and read on ``quality``
+    val_quality: float = float("nan")
+    val_n: int = 0
 
 
 COLUMNS = [f.name for f in dataclasses.fields(ResultRow)]

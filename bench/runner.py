@@ -265,10 +265,17 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     # The task's dense base model, timed beside every knob value in the same process.
     dense = amp.cast_model(run_ctx.base_model(task).to(device).eval(), precision) if cfg.timing else None
     code = versions.tag(versions.of(task, method))
+    validation = task.validation_task()
     written = []
     for value in pending:
         method.set_knob(model, value)
         quality, samples = evaluate(method, model, task, limit=cfg.eval_limit, device=device, precision=precision)
+        val_quality, val_n = float("nan"), 0
+        if validation is not None:
+            with torch.random.fork_rng(devices=[]):  # leaves the random state as the test split left it
+                checked, checked_samples = evaluate(method, model, validation, limit=cfg.eval_limit, device=device,
+                                                    precision=precision)
+            val_quality, val_n = checked.value, len(checked_samples)
         counted, _, uncounted, cost_check = checks[str(value)]
         timing, load_avg = None, float("nan")
         if cfg.timing:
@@ -307,7 +314,8 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
             run_id=row_id, config_hash=chash, command=command, git_sha=sha,
             git_dirty=dirty, versions=provenance.versions(),
             device=provenance.device_name(device), timestamp=provenance.timestamp(), precision=precision,
-            count_dtype=dtype, timing_dtype=dtype if cfg.timing else "", world_size=world)
+            count_dtype=dtype, timing_dtype=dtype if cfg.timing else "", world_size=world,
+            val_quality=val_quality, val_n=val_n)
         written.append(str(results.append(cfg.results_dir, row, row_id, samples,
                                           config_yaml=OmegaConf.to_yaml(cfg, resolve=True))))
         log.info("%s %s %s=%s: %s=%.4f, %.4g MACs/sample (%.1f%% of dense), %s", task_name, method_name,

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from bench import report, report_claims, results, stats
 from bench.claims import Beats, Claim, Reaches, Select
@@ -137,3 +138,30 @@ def test_a_claim_that_a_constant_predictor_fails_is_flagged(tmp_path):
     assert "degenerate baseline" in report_claims.summary_lines([result])[-1]
     learned = _judge(views, tmp_path, Reaches(Select("good"), 0.99, fails=True))
     assert learned.verdict == "holds" and not learned.flags  # a model that learned something: no flag
+
+
+def test_the_hull_is_chosen_on_the_validation_split_and_read_on_the_test_split():
+    cost = [0.2, 0.5, 0.6, 1.0]
+    test = [0.50, 0.80, 0.83, 0.90]  # on the test split (0.6, 0.83) is above the chord 0.5 -> 1.0 ...
+    valid = [0.50, 0.80, 0.79, 0.90]  # ... on the validation split it is below it: not a vertex
+    assert list(report.upper_hull(cost, test)[0]) == [0.2, 0.5, 0.6, 1.0]
+    hull_c, hull_q = report.upper_hull(cost, test, chosen_by=valid)
+    assert list(hull_c) == [0.2, 0.5, 1.0] and list(hull_q) == [0.50, 0.80, 0.90]  # test values at those vertices
+    assert report.quality_at_budget(cost, test, 0.6, chosen_by=valid) == pytest.approx(0.82)
+    draws = np.array(test)[:, None] + np.zeros((4, 5))
+    assert np.allclose(report.hull_draws(cost, test, draws, 0.6, chosen_by=valid), 0.82)
+    # a point without a validation value: every vertex is chosen on the test split (never a mix)
+    assert list(report.upper_hull(cost, test, chosen_by=[0.5, math.nan, 0.79, 0.9])[0]) == [0.2, 0.5, 0.6, 1.0]
+
+
+def test_rows_of_a_task_with_a_validation_split_carry_its_metric(tmp_path):
+    from bench import runner
+    from tests.helpers import compose_tiny
+
+    cfg = compose_tiny("dense", "parity", tmp_path, "timing=false")
+    row = pd.read_csv(runner.run(cfg, "dense", "parity", "test")[0]).iloc[0]
+    assert row["val_n"] == row["n_eval"] and 0 <= row["val_quality"] <= 1
+    task = runner.build(cfg, "dense", "parity")[1]
+    valid = task.validation_task()
+    first = next(iter(task.eval_batches())).x, next(iter(valid.eval_batches())).x
+    assert not torch.equal(*first)  # another draw than the test split (and than training's stream)

@@ -63,6 +63,7 @@ class TranslationTask(Task):
             raise UserError(f"{self.name}.streaming=true streams a HuggingFace split; {self.name}.source="
                             f"{self.source} is read whole (set {self.name}.source=hf or streaming=false)")
         self._phrases = D.Pairs([], [])
+        self._valid_pairs: D.Pairs | None = None
         if self.source != "trans-de-en" and int(cfg.ding_phrases):
             raise UserError(f"{self.name}.ding_phrases={cfg.ding_phrases} adds the Ding dictionary's phrases to the "
                             f"offline trans-de-en sentences; with {self.name}.source={self.source} set it to 0")
@@ -72,6 +73,7 @@ class TranslationTask(Task):
             if str(cfg.eval_split) not in ("test", "validation"):
                 raise UserError(f"{self.name}.eval_split={cfg.eval_split}: trans-de-en has 'test' and 'validation'")
             self._train_pairs, self._eval_pairs = splits["train"], splits[str(cfg.eval_split)]
+            self._valid_pairs = splits["validation"] if str(cfg.eval_split) == "test" else None
             if int(cfg.ding_phrases):
                 held_out = set(splits["test"].src) | set(splits["validation"].src)
                 self._phrases = D.ding_phrases(path, held_out, int(cfg.ding_phrases))
@@ -188,6 +190,17 @@ class TranslationTask(Task):
         if not keep:
             raise UserError(f"{self.name}: no training pair has at most max_tokens={self.cfg.max_tokens} tokens")
         return [src[i] for i in keep], [tgt[i] for i in keep]
+
+    def validation_task(self) -> "TranslationTask | None":
+        """trans-de-en evaluated on its test split: the same task on its validation sentences (the first
+        ``eval_samples`` of them, as for the test split); None for other sources and splits."""
+        if self._valid_pairs is None:
+            return None
+        other = copy.copy(self)
+        other.__dict__.pop("_eval_ids", None)  # the copy decodes its own sentences
+        limit = int(self.cfg.eval_samples) or len(self._valid_pairs)
+        other._eval_pairs = D.Pairs(self._valid_pairs.src[:limit], self._valid_pairs.tgt[:limit])
+        return other
 
     @functools.cached_property
     def _eval_ids(self) -> tuple[list[list[int]], np.ndarray]:

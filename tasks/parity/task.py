@@ -17,6 +17,8 @@ batches are reproducible, so interrupted training resumes on the same batches.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import Tensor, nn
 
@@ -25,6 +27,7 @@ from bench.models.rnn import StaticRNN
 from bench.models.transformer import Encoder, EncoderConfig
 
 TEST_SEED_OFFSET = 10_000_019  # test data come from a different stream than training data
+VALIDATION_SEED_OFFSET = 20_000_003  # ... and validation data from a third one
 
 
 def make_vector(n: int, count: int, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
@@ -81,6 +84,13 @@ class ParityTask(Task):
     def _make(self, count: int, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
         maker = make_vector if self.cfg.variant == "vector" else make_sequence
         return maker(self.cfg.n, count, generator)
+
+    def validation_task(self) -> "ParityTask":
+        """The same task on a validation set of the test set's size, drawn from its own stream."""
+        other = copy.copy(self)
+        other._test = self._make(self.cfg.test_samples,
+                                 torch.Generator().manual_seed(self.run.seed + VALIDATION_SEED_OFFSET))
+        return other
 
     def train_batch(self, step: int, batch_size: int) -> Batch:
         generator = torch.Generator().manual_seed(self.run.seed * 1_000_003 + step)
