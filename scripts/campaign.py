@@ -104,6 +104,8 @@ PLAN: dict[str, list[Point]] = {
         *[_p("parity", "method=adatape", *SEQ, f"adatape.max_tape={m}", f"adatape.tau={t}")
           for m, t in ((2, 1), (4, 2), (8, 8))],
         _p("parity", "method=adatape", *SEQ, "adatape.max_tape=8", "adatape.tau=4", "adatape.eval_caps=[2,4,6]"),
+        # the control: the paper's single input token without a tape (nothing of the input reaches the model)
+        _p("parity", "method=adatape", *SEQ, "adatape.input=none", "adatape.max_tape=8", "adatape.tau=4"),
     ],
     "iwslt": [
         _p("iwslt", "method=dense", *IWSLT),
@@ -177,6 +179,7 @@ CALIBRATION: list[Point] = [
 SETTLED = ("parity", "imagenet", "commonvoice", "iwslt")
 # Points no claim reads (reports/claims.md): one seed.
 ONE_SEED = {
+    _p("parity", "method=adatape", *SEQ, "adatape.input=none", "adatape.max_tape=8", "adatape.tau=4"),
     _p("imagenet", "method=adatape", "adatape.max_tape=8", "adatape.tau=4", "adatape.eval_caps=[2,4,6]"),
     _p("commonvoice", "method=dense", "commonvoice.eval_set=pocketsphinx"),
     _p("commonvoice", "method=dense", "dense.width=0.5"),
