@@ -86,6 +86,9 @@ PLAN: dict[str, list[Point]] = {
         _p("imagenet", "method=early_exit"),
         *[_p("imagenet", "method=avit", f"avit.ponder_weight={w}", "avit.eval_epsilons=[0.1,0.3]")
           for w in (0.01, 0.03, 0.1, 0.3)],
+        # A-ViT on the ACM code's protocol: one training per target depth (of 12 blocks, scaled to the depth)
+        *[_p("imagenet", "method=avit", "avit.sweep=target", f"avit.target={t}", "avit.ponder_weight=5e-4",
+             "avit.distr_weight=1.0", "avit.eval_epsilons=[0.1,0.3]") for t in (4, 6, 8, 10)],
         _p("imagenet", "method=cct"),
         _p("imagenet", "method=adatape", "adatape.max_tape=8", "adatape.tau=4", "adatape.eval_caps=[2,4,6]"),
         # static sizes after the methods (module docstring)
@@ -104,6 +107,8 @@ PLAN: dict[str, list[Point]] = {
         *[_p("parity", "method=adatape", *SEQ, f"adatape.max_tape={m}", f"adatape.tau={t}")
           for m, t in ((2, 1), (4, 2), (8, 8))],
         _p("parity", "method=adatape", *SEQ, "adatape.max_tape=8", "adatape.tau=4", "adatape.eval_caps=[2,4,6]"),
+        # the control: the paper's single input token without a tape (nothing of the input reaches the model)
+        _p("parity", "method=adatape", *SEQ, "adatape.input=none", "adatape.max_tape=8", "adatape.tau=4"),
     ],
     "iwslt": [
         _p("iwslt", "method=dense", *IWSLT),
@@ -176,6 +181,7 @@ CALIBRATION: list[Point] = [
 SETTLED = ("parity", "imagenet", "commonvoice", "iwslt")
 # Points no claim reads (reports/claims.md): one seed.
 ONE_SEED = {
+    _p("parity", "method=adatape", *SEQ, "adatape.input=none", "adatape.max_tape=8", "adatape.tau=4"),
     _p("imagenet", "method=adatape", "adatape.max_tape=8", "adatape.tau=4", "adatape.eval_caps=[2,4,6]"),
     _p("commonvoice", "method=dense", "commonvoice.eval_set=pocketsphinx"),
     _p("commonvoice", "method=dense", "dense.width=0.5"),

@@ -3,9 +3,11 @@
 import pytest
 import torch
 
+from bench import config, runner
 from bench.models.transformer import EncoderConfig
 from methods.act.model import ACTEncoder, ACTRNN
 from tasks.parity.task import SequenceEmbed, make_vector
+from tests.helpers import tiny_overrides
 
 
 def reference_act(model: ACTRNN, x: torch.Tensor):
@@ -88,3 +90,40 @@ def test_encoder_masked_equals_real_and_tokens_ponder_differently():
     torch.testing.assert_close(model.last.steps, masked_state.steps)
     torch.testing.assert_close(model.last.state, masked_state.state, rtol=1e-4, atol=1e-5)
     assert model.last.steps.min() < model.last.steps.max()  # per-token adaptivity is exercised
+
+
+def _method(tmp_path, *extra):
+    """The ACT method on tiny parity, at the recipe's cap (the tiny config's act.max_steps left out)."""
+    overrides = [o for o in tiny_overrides("act", "parity", tmp_path) if not o.startswith("act.max_steps")]
+    cfg = config.compose([*overrides, *extra])
+    return runner.build(cfg, "act", "parity")[2]
+
+
+def test_paper_recipe_is_the_rnn_default(tmp_path):
+    """On the RNN cell the defaults are Graves' cap M = 100 and Adam at lr 1e-4; the shared transformer block
+    (the Universal Transformer baseline) keeps M = 20 and the task's rate; explicit values win."""
+    method = _method(tmp_path)
+    assert method.max_steps() == 100 and method.lr() == pytest.approx(1e-4)
+    assert method.convert(None).max_steps == 100
+    assert method.stages()[0].lr == pytest.approx(1e-4)
+    assert "M=100;lr=0.0001" in method.variant()
+    encoder = _method(tmp_path, "parity.variant=sequence")
+    assert encoder.max_steps() == 20
+    assert encoder.lr() == pytest.approx(float(encoder.task.base_budget()["lr"]))
+    chosen = _method(tmp_path, "act.max_steps=7", "act.lr=3e-3")
+    assert chosen.max_steps() == 7 and chosen.stages()[0].lr == pytest.approx(3e-3)
+
+
+@pytest.mark.parametrize("real", [False, True])
+def test_a_model_that_never_halts_stops_at_the_paper_cap(tmp_path, real):
+    """The recipe's model with a halting unit that never reaches 1 − ε ponders exactly M = 100 steps, on the
+    training (masked) and the evaluation (real) path, and its weights still sum to one (R ≈ 1)."""
+    method = _method(tmp_path)
+    model = method.convert(None)
+    with torch.no_grad():
+        model.halt.linear.weight.zero_()
+        model.halt.linear.bias.fill_(-30.0)  # h ≈ 1e-13 per step: the sum never reaches 1 − ε
+        model.real_path = real
+        model.eval()(method.task.example_input(8))
+    assert model.last.steps.tolist() == [100.0] * 8
+    assert torch.all(model.last.remainder > 0.99)

@@ -9,10 +9,12 @@ import pytest
 import torch
 from torch import nn
 
-from bench import cost
+from bench import cost, runner
+from bench.errors import UserError
 from bench.models.transformer import Block, EncoderConfig
 from methods.adatape import atr as A
 from methods.adatape import model as M
+from tests.helpers import compose_tiny
 
 
 def reference_atr(query, bank, norm, *, max_tape, tau, k, key_dim, complex_query=True):
@@ -150,3 +152,83 @@ def test_atr_gradients_reach_query_and_bank():
     assert model.bank.h2.weight.grad.abs().sum() > 0
     assert model.embed.proj.weight.grad.abs().sum() > 0  # through the query's selection weights
     assert model.bank_norm.weight.grad.abs().sum() > 0
+
+
+def _parity_model(embed: nn.Module, bank: nn.Module | None) -> M.AdaTapeModel:
+    torch.manual_seed(0)
+    d = 16
+    cfg = EncoderConfig(d_model=d, n_layers=3, n_heads=2, d_mlp=32)
+    settings = M.TapeSettings(max_tape=4, tau=2.0, k=2, key_dim=8)
+    return M.AdaTapeModel(cfg, embed, bank, nn.ModuleList(Block(cfg) for _ in range(3)), nn.LayerNorm(d),
+                          nn.Linear(d, 2), settings)
+
+
+def test_paper_token_query_sees_the_input_only_through_the_tape():
+    """adatape.input=token: the query (block 1's output) is the same for every input, and the input's
+    embedding (the bank's) gets its gradient through the tape alone; the projection ablation's query
+    depends on the input."""
+    n, d = 8, 16
+    x = torch.randint(0, 3, (32, n))
+    token = _parity_model(M.ParityToken(d), M.ParityBank(n, d)).train()
+    query, _ = token.read_tape(x)
+    assert torch.equal(query, query[:1].expand_as(query))
+    flipped = x.clone()
+    flipped[:, 0] = (flipped[:, 0] + 1) % 3
+    assert torch.equal(token.read_tape(flipped)[0], query)
+    # every path from the input starts at the bank: cut it and the output no longer depends on the input
+    embedded = token.bank.embed(x).detach().requires_grad_(True)
+    token.bank.embed = _Fixed(embedded)
+    token(x).sum().backward()
+    assert embedded.grad.abs().sum() > 0
+    assert token.bank.h2.weight.grad.abs().sum() > 0
+    projection = _parity_model(M.ParityInput(n, d), M.ParityBank(n, d)).train()
+    with torch.no_grad():
+        projection.embed.proj.weight.normal_()
+        assert not torch.allclose(projection.read_tape(x)[0], projection.read_tape(flipped)[0])
+
+
+class _Fixed(nn.Module):
+    """A stand-in for the bank's embedding that returns a given tensor (the gradient's leaf)."""
+
+    def __init__(self, value: torch.Tensor):
+        super().__init__()
+        self.value = value
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.value
+
+
+def test_no_tape_control_output_is_input_independent_and_costed():
+    n, d = 8, 16
+    model = _parity_model(M.ParityToken(d), None)
+    x = torch.randint(0, 3, (32, n))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_()
+    for real in (False, True):
+        model.real_path = real
+        with torch.inference_mode():
+            out = model.eval()(x)
+        assert torch.equal(out, out[:1].expand_as(out))
+        assert model.last.length.tolist() == [0] * 32
+    with torch.inference_mode():
+        report = cost.count(model, x)
+    assert report.uncounted == []
+    assert float(model.sample_macs(model.last.length, 1).sum()) == pytest.approx(report.macs, rel=1e-9)
+
+
+@pytest.mark.parametrize("kind,embed,bank", [("token", M.ParityToken, M.ParityBank),
+                                             ("projection", M.ParityInput, M.ParityBank),
+                                             ("none", M.ParityToken, type(None))])
+def test_method_builds_the_declared_parity_input(tmp_path, kind, embed, bank):
+    cfg = compose_tiny("adatape", "parity", tmp_path, "parity.variant=sequence", f"adatape.input={kind}")
+    _, _, method = runner.build(cfg, "adatape", "parity")
+    model = method.convert(None)
+    assert type(model.embed) is embed and type(model.bank) is bank
+    assert f"input={kind}" in method.variant()
+
+
+def test_input_choice_is_refused_off_parity(tmp_path):
+    cfg = compose_tiny("adatape", "imagenet", tmp_path, "adatape.input=projection")
+    with pytest.raises(UserError, match="adatape.input"):
+        runner.build(cfg, "adatape", "imagenet")

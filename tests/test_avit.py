@@ -202,3 +202,57 @@ def test_tokens_kept_figures_from_rows(tmp_path):
     names = [p.name for p in paths]
     assert names[0] == "imagenet_avit_tokens_kept.png" and all(p.stat().st_size > 0 for p in paths)
     assert len([n for n in names if n.startswith("imagenet_avit_token_depth_")]) == rows["knob_value"].nunique()
+
+
+@pytest.mark.parametrize("target", [4, 6, 8, 10])
+def test_target_depth_sweep_declares_and_priors_its_targets(tmp_path, target):
+    """The ACM protocol (avit.sweep=target with its weights): one point per target depth of a 12-block ViT,
+    scaled to the model's depth; the prior's mode is the declared target on 12 blocks and its mean the
+    scaled target (the 4-block offline ViT: target/3)."""
+    from bench import runner
+    from methods.avit.method import scaled_target
+    from tests.helpers import compose_tiny
+
+    cfg = compose_tiny("avit", "imagenet", tmp_path, "avit.sweep=target", f"avit.target={target}",
+                       "avit.ponder_weight=5e-4", "avit.distr_weight=1.0")
+    method = runner.build(cfg, "avit", "imagenet")[2]
+    assert method.knob_values() == [f"target{target}of12", f"target{target}of12@eps0.5"]
+    assert "sweep=target (ACM protocol);pw=0.0005;prior=gauss(w=1)" in method.variant()
+    assert method.stages()[0].name == f"target{target}-pw0.0005"
+    assert method.target_depth(12) == pytest.approx(target)
+    assert method.target_depth(4) == pytest.approx(target / 3)
+    prior12 = M.gaussian_prior(12, method.target_depth(12))
+    assert int(prior12.argmax()) + 1 == target
+    blocks = torch.arange(1, 13, dtype=torch.float64)
+    assert float((prior12.double() * blocks).sum()) == pytest.approx(target, abs=0.05)
+    prior4 = M.gaussian_prior(4, method.target_depth(4)).double()
+    assert int(prior4.argmax()) + 1 == round(scaled_target(target, 4))
+    # the distribution loss is smallest for a halting distribution at that target
+    others = [t for t in (4, 6, 8, 10) if t != target]
+    log = _log_with_distribution(prior12)
+    own = float(M.distribution_loss(log, prior12, False))
+    assert abs(own) < 0.05  # H is clamped to [0.01, 0.99]: not exactly 0
+    assert all(float(M.distribution_loss(log, M.gaussian_prior(12, t), False)) > own + 0.1 for t in others)
+
+
+def _log_with_distribution(dist: torch.Tensor) -> M.HaltLog:
+    """A one-token log whose per-block halting scores are ``dist`` (so H = dist after normalisation)."""
+    layers = dist.shape[0]
+    return M.HaltLog(steps=torch.tensor([[float(layers)]]), remainder=torch.zeros(1, 1),
+                     kept=torch.ones(1, layers, dtype=torch.long),
+                     layer_scores=[dist[l].reshape(1, 1).float() for l in range(layers)],
+                     valid=torch.ones(1, 1, dtype=torch.bool))
+
+
+def test_trained_prior_is_the_declared_target_and_the_ponder_weight_sweep_is_a_labelled_variant(tmp_path):
+    from tests.helpers import build_tiny
+
+    _, method, model = build_tiny("avit", "parity", tmp_path, "parity.variant=sequence", "avit.sweep=target",
+                                  "avit.target=4")
+    layers = len(model.encoder.blocks)
+    torch.testing.assert_close(method._prior, M.gaussian_prior(layers, 4 * layers / 12))
+    assert "sweep=target;" in method.variant()  # not the ACM protocol's weights: not labelled as it
+    _, pw, _ = build_tiny("avit", "parity", tmp_path, "parity.variant=sequence")  # the default: the harness's
+    assert pw.knob_values()[0] == "pw0.03"
+    assert "sweep=ponder_weight (harness variant)" in pw.variant() and "t=8/12L" in pw.variant()
+    torch.testing.assert_close(pw._prior, M.gaussian_prior(layers, 8 * layers / 12))  # 2/3 of the depth

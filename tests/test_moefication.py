@@ -281,3 +281,42 @@ def test_bad_k_is_a_user_error(tmp_path: Path):
     _, _, method = runner.build(cfg, "moefication", "parity")
     with pytest.raises(UserError, match="k_values"):
         method.knob_values()
+
+
+def test_expert_size_rule_matches_the_acm_setup_and_the_harness_widths():
+    """experts=0: the divisor of the MLP width nearest to width/24 (the ACM code's 128 experts of 24 neurons)."""
+    from methods.moefication.method import auto_experts
+
+    assert auto_experts(3072, 24) == 128  # ViT-B: the ACM code's setup exactly
+    assert auto_experts(768, 24) == 32  # commonvoice: 32 experts of 24 neurons
+    assert auto_experts(256, 24) == 8  # imagenet's offline ViT: 10.7 lies between 8 and 16, nearer 8 (32 neurons)
+    assert auto_experts(512, 24) == 16  # iwslt: 21.3 -> 16 experts of 32
+    assert auto_experts(32, 24) == 2  # never a single expert where the width can be split
+    for width in (96, 256, 384, 512, 768, 1000, 3072):
+        assert width % auto_experts(width, 24) == 0
+
+
+def test_default_k_grid_scales_with_the_experts():
+    from methods.moefication.method import default_k_values
+
+    assert default_k_values(8) == [1, 2, 4, 6, 8]  # the grid of the committed rows at E = 8
+    assert default_k_values(32) == [4, 8, 16, 24, 32]
+    assert default_k_values(2) == [1, 2]
+
+
+def test_default_experts_follow_the_expert_size_rule_end_to_end(tmp_path: Path):
+    """Without moefication.experts the method splits each MLP by the rule, names E in its stage and
+    variant, and sweeps the scaled k grid; an explicit E is kept."""
+    from bench import config, runner
+    from methods.moefication.method import auto_experts, default_k_values
+
+    base = ["method=moefication", "task=parity", "parity.variant=sequence", "parity.d_model=48",
+            f"cache_dir={tmp_path}", f"results_dir={tmp_path}"]
+    method = runner.build(config.compose(base), "moefication", "parity")[2]
+    width = method._mlp_width()
+    assert width == 4 * 48 and method.experts() == auto_experts(192, 24) == 8  # 192 / 24 = 8 experts of 24
+    assert method.knob_values() == default_k_values(8)
+    assert method.stages()[1].name == "router-E8" and method.stages()[1].config["experts"] == 8
+    assert method.variant().startswith("E=8;")
+    explicit = runner.build(config.compose([*base, "moefication.experts=4"]), "moefication", "parity")[2]
+    assert explicit.experts() == 4 and explicit.knob_values() == [1, 2, 3, 4]

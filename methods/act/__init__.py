@@ -10,7 +10,14 @@ from bench.registry import MethodSpec, register_method
 class ActConfig:
     tau: float = param(1e-3, min=0.0, help="ponder-cost weight τ (training-time knob: one run per value)")
     epsilon: float = param(0.01, min=0.0, max=0.5, help="halt once the halting sum reaches 1 - ε")
-    max_steps: int = param(20, min=1, max=1000, help="cap M on ponder steps")
+    max_steps: int = param(0, min=0, max=1000,
+                           help="cap M on ponder steps; 0 = the recipe's: Graves' M = 100 on the RNN cell (the "
+                                "paper's setting), 20 on a shared transformer block (the Universal Transformer "
+                                "baseline, not in Graves' paper)")
+    lr: float = param(0.0, min=0.0,
+                      help="Adam learning rate; 0 = the recipe's: Graves' 1e-4 on the RNN cell (the paper's "
+                           "setting), the task's base rate on a shared transformer block (trained like the dense "
+                           "model it is compared with)")
     halt_bias_init: float = param(1.0, help="initial bias of the halting unit (Graves: 1)")
 
 

@@ -13,6 +13,12 @@ class AdaTapeConfig:
     bank: str = param("input", choices=["input", "learnable"],
                       help="tape bank: input = built from the input (imagenet: a finer patching of the same "
                            "image; parity: the sequence elements), learnable = bank_size trainable vectors")
+    input: str = param("token", choices=["token", "projection", "none"],
+                       help="parity (sequence form) only: the model's one input token. token = a single trainable "
+                            "token, the same for every input, so the tape is the only way to the input (the "
+                            "paper's parity setup); projection = that token plus a Linear map of the whole "
+                            "one-hot sequence (ablation: the query sees the input without the tape); none = the "
+                            "single token and no tape (control: nothing of the input reaches the model)")
     max_tape: int = param(8, min=1, max=256, help="T: most tape tokens one sample can read (training-time knob)")
     tau: float = param(4.0, min=1e-3, help="halting threshold tau on the summed max selection weight; "
                                            "K = T/tau tokens are merged per step and must be an integer "

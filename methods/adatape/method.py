@@ -4,7 +4,9 @@ Training: task loss + λ·mean(l_atr) (λ = ``adatape.atr_weight``), on the mask
 - parity (sequence): trained from scratch with the task's base budget (same steps, batch and learning
   rate as the dense Transformer and the UT/ACT baseline on that task), since its input is a single
   query token and its layers see a different sequence; T = n/2 and K = 2 is the paper's setting
-  (τ = T/K).
+  (τ = T/K).  ``adatape.input``: ``token`` (the paper's single trainable token; the input reaches the
+  model through the tape only), ``projection`` (an ablation: the token plus a linear map of the whole
+  sequence) or ``none`` (a control: the token and no tape, so the output cannot depend on the input).
 - imagenet: starts from the task's cached dense ViT (embedding, blocks, norm and head are copied; the
   bank and the shared LayerNorm are new) and trains on the core's method budget with the task's
   optimiser policy, like the other methods, continuing the data after the base model's steps.  (The paper
@@ -35,6 +37,7 @@ from methods.adatape import model as M
 
 class AdaTape(Method):
     name = "adatape"
+    version = 2  # 2: parity's input is the paper's single trainable token (adatape.input=token)
 
     def __init__(self, cfg, task, run):
         super().__init__(cfg, task, run)
@@ -44,6 +47,9 @@ class AdaTape(Method):
         except ValueError as err:
             raise UserError(f"adatape.tau={cfg.tau:g} with adatape.max_tape={cfg.max_tape}: {err}; pick tau "
                             f"so that T/tau is a whole number (e.g. tau={int(cfg.max_tape) / 2:g})") from None
+        if str(cfg.input) != "token" and "sequence-bits" not in self.capabilities():
+            raise UserError(f"adatape.input={cfg.input} applies to parity's sequence form only (this task's input "
+                            f"tokens are its own); leave adatape.input=token")
         for cap in cfg.eval_caps:
             if not 1 <= int(cap) <= int(cfg.max_tape):
                 raise UserError(f"adatape.eval_caps: {cap} is outside 1..max_tape={cfg.max_tape}")
@@ -81,8 +87,10 @@ class AdaTape(Method):
             if cfg.n_layers < 2:  # the tape is appended after layer 1: at least one layer must read it
                 cfg = replace(cfg, n_layers=2)
             n = int(self.task.example_input(1).shape[-1])  # the number of input bits
-            bank = self._bank(cfg.d_model, M.ParityBank(n, cfg.d_model))
-            model = M.AdaTapeModel(cfg, M.ParityInput(n, cfg.d_model), bank,
+            kind = str(self.cfg.input)
+            bank = None if kind == "none" else self._bank(cfg.d_model, M.ParityBank(n, cfg.d_model))
+            embed = M.ParityInput(n, cfg.d_model) if kind == "projection" else M.ParityToken(cfg.d_model)
+            model = M.AdaTapeModel(cfg, embed, bank,
                                    nn.ModuleList(skeleton.Block(cfg) for _ in range(cfg.n_layers)),
                                    nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps), nn.Linear(cfg.d_model, 2),
                                    self._settings(cfg.d_model, cfg.n_heads))
@@ -94,7 +102,8 @@ class AdaTape(Method):
                 raise UserError(f"adatape.bank_patch={self.cfg.bank_patch}: {err}") from None
             model = M.AdaTapeModel(cfg, base.embed, self._bank(cfg.d_model, input_bank), base.blocks, base.norm,
                                    base.head, self._settings(cfg.d_model, cfg.n_heads))
-        self._check_bank(model.bank.size)
+        if model.bank is not None:
+            self._check_bank(model.bank.size)
         return model
 
     def stages(self) -> list[Stage]:
@@ -137,6 +146,9 @@ class AdaTape(Method):
                 f"query={'complex' if c.complex_query else 'replace'}")
         if c.bank == "input" and not self._from_scratch():
             text += f";bank_patch={c.bank_patch}"
+        if self._from_scratch():
+            text += {"token": ";input=token", "projection": ";input=projection (ablation)",
+                     "none": ";input=none (control: no tape)"}[str(c.input)]
         if self._from_scratch() and self.task.encoder_config().n_layers < 2:
             text += ";layers=2 (task: 1)"
         if c.bank == "learnable":

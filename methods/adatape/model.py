@@ -1,12 +1,16 @@
 """AdaTape model on the shared skeleton: embed → block 1 → ATR (tape tokens) → blocks 2..L on [input; tape].
 
     embed       the task's input tokens [B, n_in, d] (imagenet: the ViT's PatchEmbed, class token first;
-                parity: ONE input token = a trainable class token + a linear map of the flattened one-hot
-                sequence, as the AdaTape parity setup, whose input is a single query token)
+                parity: ONE input token.  ``ParityToken``, the paper's parity setup (§3.1), is a single
+                trainable token that is the same for every input, so the tape is the only way to the input;
+                ``ParityInput`` adds a linear map of the whole one-hot sequence to it, an ablation in which
+                the query already sees the input)
     bank        input-driven: h2(h1(x_fine) + pos) (paper A.2; imagenet: a Conv2d with a finer patch as h1;
-                parity: the sequence elements' embedding as h1), or a learnable [C, d] table
+                parity: the sequence elements' embedding as h1), or a learnable [C, d] table; ``None``
+                reads no tape (a control: with ``ParityToken`` no part of the input reaches the output)
     block 1     runs on the input tokens only; its class-token output is the ATR query
     ATR         methods/adatape/atr.py: each sample reads its own number n ∈ [1, T] of tape tokens
+                (none without a bank)
     blocks 2..L run on [input; tape] (n_in + n tokens), then final norm, class-token pooling, head
 
 Two execution paths with the same outputs:
@@ -32,8 +36,26 @@ from bench.models.transformer import Block, EncoderConfig, linear_macs
 from methods.adatape.atr import ATRResult, atr
 
 
+class ParityToken(nn.Module):
+    """Parity (sequence), the paper's input: one trainable token, the same for every input (it only makes
+    the initial query; the input reaches the model through the tape alone)."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.cls = nn.Parameter(torch.zeros(1, 1, d_model))
+
+    def forward(self, tokens: Tensor) -> tuple[Tensor, None]:
+        # a copy, not a view of the Parameter: FlopCounterMode's module tracker fails on a bare Parameter
+        # passed between modules under inference mode
+        return self.cls.expand(tokens.shape[0], -1, -1).clone(), None
+
+    def macs(self, tokens: int = 1) -> int:
+        return 0
+
+
 class ParityInput(nn.Module):
-    """Parity (sequence): one input token = class token + Linear(one-hot of the n elements, flattened)."""
+    """Parity (sequence), an ablation of the paper's input: one input token = class token + Linear(one-hot of
+    the n elements, flattened), so the query (and every later layer) sees the whole input without the tape."""
 
     def __init__(self, n: int, d_model: int, symbols: int = 3):
         super().__init__()
@@ -115,7 +137,7 @@ class TapeSettings:
 
 
 class AdaTapeModel(nn.Module):
-    def __init__(self, cfg: EncoderConfig, embed: nn.Module, bank: nn.Module, blocks: nn.ModuleList,
+    def __init__(self, cfg: EncoderConfig, embed: nn.Module, bank: nn.Module | None, blocks: nn.ModuleList,
                  norm: nn.Module, head: nn.Module, settings: TapeSettings):
         super().__init__()
         if cfg.pool != "cls":
@@ -124,7 +146,8 @@ class AdaTapeModel(nn.Module):
             raise ValueError("AdaTape needs at least 2 layers (the tape is appended after layer 1)")
         self.cfg, self.settings = cfg, settings
         self.embed, self.bank, self.blocks, self.norm, self.head = embed, bank, blocks, norm, head
-        self.bank_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)  # shared by query and bank
+        # shared by query and bank; none without a bank (the no-tape control reads nothing)
+        self.bank_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if bank is not None else None
         self.real_path = False
         self.cap: int | None = None  # evaluation-time cap on T (harness extension)
         self.force_length: Tensor | None = None  # [B] tape lengths that replace halting (bench speed)
@@ -138,6 +161,8 @@ class AdaTapeModel(nn.Module):
         if mask is not None:
             raise NotImplementedError("AdaTape does not support padded inputs")
         x = self.blocks[0](x)
+        if self.bank is None:
+            return x, self._no_tape(x)
         values = self.bank(inputs)
         keys = self.bank_norm(values)[..., : s.key_dim]
         query = x[:, 0]
@@ -152,6 +177,12 @@ class AdaTapeModel(nn.Module):
                      cap=None if self.training else self.cap,
                      force=None if self.training else self.force_length)
         return x, result
+
+    def _no_tape(self, x: Tensor) -> ATRResult:
+        """The ATR result of a model without a bank: every sample reads no tape token."""
+        b = x.shape[0]
+        return ATRResult(tape=x.new_zeros(b, 0, x.shape[-1]), length=torch.zeros(b, dtype=torch.long, device=x.device),
+                         loss=x.new_zeros(b), max_weight=x.new_zeros(b, 0))
 
     def forward(self, inputs: Tensor) -> Tensor:
         x, result = self.read_tape(inputs)
@@ -192,11 +223,14 @@ class AdaTapeModel(nn.Module):
         """Always executed: input embedding, bank construction, block 1 on the inputs, head."""
         embed = int(self.embed.macs(n_in)) if hasattr(self.embed, "macs") else 0
         head = linear_macs(self.head, 1) if isinstance(self.head, nn.Linear) else 0
-        return embed + int(self.bank.macs()) + self.blocks[0].macs(n_in) + head
+        bank = int(self.bank.macs()) if self.bank is not None else 0
+        return embed + bank + self.blocks[0].macs(n_in) + head
 
     def step_macs(self) -> int:
         """One ATR step of one sample: scores over the bank (C·h) and the merge of K tokens (K·d)."""
         s = self.settings
+        if self.bank is None:
+            return 0
         return self.bank.size * s.key_dim + s.k * self.cfg.d_model
 
     def sample_macs(self, length: Tensor, n_in: int) -> Tensor:

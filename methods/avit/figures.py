@@ -9,6 +9,7 @@ fields existed have none).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,16 @@ import pandas as pd
 from bench import results
 from bench.figures import save_figure, token_map_figure
 from bench.stats import mean_interval
+
+
+def _order(value: str) -> tuple[int, float, str]:
+    """Sort key of a trained point's knob value: numbers first (rows of the ponder-weight knob before the
+    ``halting`` knob existed), then the text values (``target4of12`` ... , ``pw0.01`` ...) by their number."""
+    try:
+        return (0, float(value), "")
+    except ValueError:
+        number = re.search(r"\d+(?:\.\d*)?(?:e-?\d+)?", value)
+        return (1, float(number.group()) if number else 0.0, value)
 
 
 def figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, stem: str) -> list[Path]:
@@ -42,7 +53,7 @@ def figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, stem: str)
             shares = np.array([100.0 * samples[c].mean() for c in layers])
             cis = np.array([mean_interval(100.0 * samples[c].to_numpy()) for c in layers])  # 95% t, test samples
             weight, _, eps = str(knob).partition("@eps")  # one colour per trained model, a style per eps
-            weights = sorted({str(k).partition("@eps")[0] for k in avit["knob_value"]}, key=float)
+            weights = sorted({str(k).partition("@eps")[0] for k in avit["knob_value"]}, key=_order)
             eps_values = sorted({str(k).partition("@eps")[2] for k in avit["knob_value"]} - {""}, key=float)
             style = "-" if not eps else (":", "--", "-.")[eps_values.index(eps) % 3]
             ax.errorbar(range(1, len(layers) + 1), shares, yerr=[shares - cis[:, 0], cis[:, 1] - shares],
@@ -61,7 +72,7 @@ def figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, stem: str)
         ax.set_ylim(0, 105)
         ax.set_xlabel("block")
         ax.set_ylabel("tokens still running (% of tokens)")
-        ax.set_title(f"A-ViT: tokens kept per block over the test set; colour: ponder weight, "
+        ax.set_title(f"A-ViT: tokens kept per block over the test set; colour: trained model, "
                      f"broken lines: eval-time eps;\nbars: 95% CI over test samples — {avit['dataset'].iloc[0]}", fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6.5, loc="center left", bbox_to_anchor=(1.01, 0.5))

@@ -16,9 +16,18 @@ Recipe (the public code's bugs fixed, see model.py):
 * Budget: one stage on the core's method budget (bench/protocol.py); the data continue the task's
   training stream after the base model's steps; 5% warm-up (declared in the stage's policy).
 
-Knob: ``ponder_weight`` (training-time, one run per value).  ``eval_epsilons`` adds eval-time points on
-the same model with another halting threshold 1 - eps; those rows carry ``eval-eps=<eps>`` in their
-variant and ``<ponder_weight>@eps<eps>`` as knob value, so they never mix with the trained curve.
+Knob ``halting`` (training-time, one run per value), two protocols (``sweep``):
+
+* ``target`` (the ACM code's A-ViT protocol): the prior's target depth is the knob, given in blocks of a
+  12-block ViT (``target``: 4, 6, 8, 10 there) and scaled to the model's depth L (mean target/12 * L),
+  the ponder and prior weights fixed (the protocol's 5e-4 and 1.0 label the row ``ACM protocol``).
+  Knob value ``target<t>of12``.
+* ``ponder_weight`` (the default, a harness variant labelled in the row's variant; the committed rows'
+  protocol): the ponder weight is the knob at a fixed target.  Knob value ``pw<weight>``.
+
+``eval_epsilons`` adds eval-time points on the same model with another halting threshold 1 - eps; those
+rows carry ``eval-eps=<eps>`` in their variant and ``<value>@eps<eps>`` as knob value, so they never mix
+with the trained curve.
 """
 
 from __future__ import annotations
@@ -57,11 +66,21 @@ def calibrate_halting(model: M.AViTEncoder, x: Tensor, target: float) -> list[fl
     return shifts
 
 
+REFERENCE_DEPTH = 12  # avit.target counts blocks of a 12-block ViT (the ACM code's ViT-B)
+ACM_PONDER_WEIGHT, ACM_DISTR_WEIGHT = 5e-4, 1.0  # the ACM code's fixed weights of its target-depth sweep
+
+
+def scaled_target(target: float, n_layers: int) -> float:
+    """The prior's target depth on an ``n_layers``-block model for ``target`` blocks of a 12-block ViT."""
+    return float(target) * n_layers / REFERENCE_DEPTH
+
+
 class AViT(Method):
     name = "avit"
 
     def target_depth(self, n_layers: int) -> float:
-        return float(self.cfg.target_depth) or 2.0 * n_layers / 3.0
+        """The prior's mean on an ``n_layers``-block encoder: ``avit.target`` twelfths of the depth."""
+        return scaled_target(int(self.cfg.target), n_layers)
 
     def convert(self, base: nn.Module | None) -> nn.Module:
         c = self.cfg
@@ -78,7 +97,8 @@ class AViT(Method):
         c = self.cfg
         pw = float(c.ponder_weight)
         config = {k: v for k, v in plain(c).items() if k != "eval_epsilons"}
-        return [Stage(f"pw{pw:g}", self._loss, lr=float(c.lr), config=config,
+        name = f"pw{pw:g}" if str(c.sweep) == "ponder_weight" else f"target{int(c.target)}-pw{pw:g}"
+        return [Stage(name, self._loss, lr=float(c.lr), config=config,
                       policy=Policy(warmup=0.05), prepare=self._calibrate, finish=self._finish)]
 
     def _calibrate(self, model: nn.Module, ctx: PrepareContext) -> None:
@@ -96,10 +116,16 @@ class AViT(Method):
         self._eps = float(self.cfg.epsilon)
 
     # --- knob ---------------------------------------------------------------------------------------
+    def _point(self) -> str:
+        """The trained point: the target depth (sweep=target) or the ponder weight (sweep=ponder_weight)."""
+        if str(self.cfg.sweep) == "target":
+            return f"target{int(self.cfg.target)}of{REFERENCE_DEPTH}"
+        return f"pw{float(self.cfg.ponder_weight):g}"
+
     def knob_values(self) -> list[str]:
-        pw, eps = float(self.cfg.ponder_weight), float(self.cfg.epsilon)
+        point, eps = self._point(), float(self.cfg.epsilon)
         extra = sorted({float(e) for e in self.cfg.eval_epsilons} - {eps})
-        return [f"{pw:g}"] + [f"{pw:g}@eps{e:g}" for e in extra]
+        return [point] + [f"{point}@eps{e:g}" for e in extra]
 
     def set_knob(self, model: nn.Module, value: Any) -> None:
         text = str(value)
@@ -128,5 +154,12 @@ class AViT(Method):
         c = self.cfg
         eps = getattr(self, "_eps", float(c.epsilon))
         halting = f"eps={eps:g}" if eps == float(c.epsilon) else f"eval-eps={eps:g}(trained eps={c.epsilon:g})"
-        return (f"gamma={c.gate_scale:g};beta={c.gate_center:g};halt_init={c.halt_init:g};"
-                f"prior=gauss(t={c.target_depth or 'auto2/3L'},w={c.distr_weight:g});{halting};real=gathered")
+        if str(c.sweep) == "target":  # the target is the knob value
+            acm = (float(c.ponder_weight), float(c.distr_weight)) == (ACM_PONDER_WEIGHT, ACM_DISTR_WEIGHT)
+            sweep = (f"sweep=target{' (ACM protocol)' if acm else ''};pw={float(c.ponder_weight):g};"
+                     f"prior=gauss(w={c.distr_weight:g})")
+        else:  # the ponder weight is the knob value
+            sweep = (f"sweep=ponder_weight (harness variant);prior=gauss(t={int(c.target)}/{REFERENCE_DEPTH}L,"
+                     f"w={c.distr_weight:g})")
+        return (f"{sweep};gamma={c.gate_scale:g};beta={c.gate_center:g};halt_init={c.halt_init:g};"
+                f"{halting};real=gathered")

@@ -1,8 +1,9 @@
 """Method ``moefication``: MoEfication (Zhang et al. 2021) as ACM's baseline (registration only).
 
-Relufy the dense base model and fine-tune it, split every MLP into E equal experts with balanced
-k-means over its neurons, train one router per MLP on the frozen model, and run binary top-k experts per
-token at inference; k is swept at evaluation time on the one model.
+Relufy the dense base model and fine-tune it, split every MLP into E equal experts (by default of about
+24 neurons each, the ACM code's expert size) with balanced k-means over its neurons, train one router per
+MLP on the frozen model, and run binary top-k experts per token at inference; k is swept at evaluation
+time on the one model.
 """
 
 from dataclasses import dataclass
@@ -13,9 +14,15 @@ from bench.registry import MethodSpec, register_method, requires_backbone
 
 @dataclass
 class MoeficationConfig:
-    experts: int = param(8, min=1, help="experts E per MLP (d_mlp must be divisible by E)")
-    k_values: list = param([1, 2, 4, 6, 8], min=1,
-                           help="experts per token evaluated (eval-time knob); k=E is always added")
+    experts: int = param(0, min=0, help="experts E per MLP (d_mlp must be divisible by E); 0 = the expert-size "
+                                        "rule: the divisor of d_mlp nearest to d_mlp/expert_size (the ACM "
+                                        "code's 128 experts of 24 neurons on ViT-B; 8 x 32 at the offline "
+                                        "imagenet ViT's 256, 32 x 24 at commonvoice's 768, 16 x 32 at iwslt's 512)")
+    expert_size: int = param(24, min=1, help="neurons per expert that experts=0 aims at (ACM code: 3072/128 = 24)")
+    k_values: list = param([], min=1,
+                           help="experts per token evaluated (eval-time knob); k=E is always added; [] = the "
+                                "harness's grid at E = 8, [1, 2, 4, 6, 8], as shares of E: E/8, E/4, E/2, 3E/4 "
+                                "(rounded, at least 1)")
     relu_fraction: float = param(0.8, min=0.0, max=1.0,
                                  help="share of the method budget spent fine-tuning the relufied model "
                                       "(ACM: 80 of 100 epochs); the rest trains the routers")

@@ -34,6 +34,21 @@ from methods.moefication.layers import MoEMLP
 OWNER = "moefication"
 
 
+def auto_experts(width: int, expert_size: int) -> int:
+    """The expert-size rule: the divisor E of the MLP ``width`` nearest to ``width / expert_size`` (ties: fewer,
+    larger experts), at least 2 where ``width`` has such a divisor.  3072 / 24 = 128 (the ACM code's ViT-B);
+    256 -> 8 experts of 32 (10.7 lies between 8 and 16), 768 -> 32 of 24, 512 -> 16 of 32."""
+    goal = width / expert_size
+    divisors = [e for e in range(1, width + 1) if width % e == 0]
+    candidates = [e for e in divisors if e >= 2] or divisors
+    return min(candidates, key=lambda e: (abs(e - goal), e))
+
+
+def default_k_values(experts: int) -> list[int]:
+    """The default k grid: E/8, E/4, E/2 and 3E/4 (rounded, at least 1) and E ([1, 2, 4, 6, 8] at E = 8)."""
+    return sorted({max(1, round(experts * share)) for share in (1 / 8, 1 / 4, 1 / 2, 3 / 4)} | {experts})
+
+
 def router_width(d_model: int, experts: int, requested: int) -> int:
     """Router hidden width: ``requested``, or (0) acm-code's 128-of-768 ratio applied to ``d_model``.
 
@@ -92,18 +107,36 @@ def router_loss(model: nn.Module, batch: Batch) -> Tensor:
 
 class Moefication(Method):
     name = "moefication"
+    version = 2  # 2: experts=0 (the default) applies the expert-size rule (24 neurons), k_values=[] scales with E
+
+    def _mlp_width(self) -> int:
+        """The MLP width of the task's dense backbone (built aside, its random draws not taken from the run)."""
+        if getattr(self, "_width", None) is None:
+            with torch.random.fork_rng():
+                backbone = self.task.build_backbone()
+            blocks = [m for m in backbone.modules() if isinstance(m, Block)]
+            if not blocks:
+                raise UserError("moefication: the model has no transformer Block with an MLP to split")
+            self._width = int(blocks[0].mlp.fc1.out_features)
+        return self._width
+
+    def experts(self) -> int:
+        """E: ``moefication.experts``, or (0) the expert-size rule on the backbone's MLP width."""
+        if int(self.cfg.experts):
+            return int(self.cfg.experts)
+        return auto_experts(self._mlp_width(), int(self.cfg.expert_size))
 
     # --- model and stages ---------------------------------------------------------------------------
     def convert(self, base: nn.Module | None) -> nn.Module:
-        experts = int(self.cfg.experts)
+        experts = self.experts()
         self.knob_values()  # fail early on a bad k
         blocks = [m for m in base.modules() if isinstance(m, Block)]
         if not blocks:
             raise UserError("moefication: the model has no transformer Block with an MLP to split")
         for block in blocks:
             if block.mlp.fc1.out_features % experts:
-                raise UserError(f"moefication.experts={experts} does not divide the MLP width "
-                                f"{block.mlp.fc1.out_features}; choose a divisor")
+                raise UserError(f"moefication.experts={self.cfg.experts} (E = {experts}) does not divide the MLP "
+                                f"width {block.mlp.fc1.out_features}; choose a divisor")
             block.mlp.act = nn.ReLU()  # relufication (a ReLU model is fine-tuned all the same)
         self._router_hidden = router_width(blocks[0].mlp.fc1.in_features, experts, int(self.cfg.router_hidden))
         return base
@@ -112,14 +145,14 @@ class Moefication(Method):
         """relu (fine-tune the relufied model, task loss) then router (experts built, routers trained on the
         frozen model), sharing the method budget ``relu_fraction`` : rest."""
         c = self.cfg
-        relu_share = float(c.relu_fraction)
+        relu_share, experts = float(c.relu_fraction), self.experts()
         return [
             Stage("relu", task_loss(self.task), lr=float(c.relu_lr), share=relu_share,
                   config={"activation": "relu"}, policy=short_stage_policy(self.task),
                   skip=relu_share == 0.0),
-            Stage(f"router-E{int(c.experts)}", lambda m, batch, ctx: router_loss(m, batch), lr=float(c.router_lr),
+            Stage(f"router-E{experts}", lambda m, batch, ctx: router_loss(m, batch), lr=float(c.router_lr),
                   share=1.0 - relu_share,
-                  config={"experts": int(c.experts), "router_hidden": int(c.router_hidden),
+                  config={"experts": experts, "router_hidden": int(c.router_hidden),
                           "kmeans_iters": int(c.kmeans_iters)},
                   params=self._router_params,
                   prepare=self._make_experts, finish=self._to_real_path, skip=relu_share == 1.0),
@@ -127,7 +160,7 @@ class Moefication(Method):
 
     def _make_experts(self, model: nn.Module, ctx: PrepareContext) -> None:
         """Expert construction (no training): a cached router checkpoint already holds permuted weights."""
-        moes = moefy(model, int(self.cfg.experts), self._router_hidden, seed=self.run.seed,
+        moes = moefy(model, self.experts(), self._router_hidden, seed=self.run.seed,
                      iters=int(self.cfg.kmeans_iters), cluster=not ctx.cached)
         set_mode(model, "dense")
         for layer in moes:
@@ -141,13 +174,14 @@ class Moefication(Method):
     def _to_real_path(self, model: nn.Module) -> None:
         for layer in moe_layers(model):
             layer.record, layer.recorded = False, None
-            layer.k = int(self.cfg.experts)
+            layer.k = self.experts()
         set_mode(model, "real")
 
     # --- knob ---------------------------------------------------------------------------------
     def knob_values(self) -> list[int]:
-        experts = int(self.cfg.experts)
-        values = sorted({int(k) for k in self.cfg.k_values} | {experts})
+        experts = self.experts()
+        chosen = [int(k) for k in self.cfg.k_values] or default_k_values(experts)
+        values = sorted(set(chosen) | {experts})
         bad = [k for k in values if not 1 <= k <= experts]
         if bad:
             raise UserError(f"moefication.k_values={list(self.cfg.k_values)}: every k must be in 1..experts "
@@ -176,6 +210,6 @@ class Moefication(Method):
     def variant(self) -> str:
         cfg = self.cfg
         size = getattr(self, "_expert_size", None)
-        return (f"E={cfg.experts}" + (f"x{size}" if size else "") + ";balanced-kmeans(exact)"
+        return (f"E={self.experts()}" + (f"x{size}" if size else "") + ";balanced-kmeans(exact)"
                 f";router=Linear(d,{getattr(self, '_router_hidden', cfg.router_hidden)})-tanh-Linear(,E),nobias"
                 ";target=expert-relu-sum/token-max;BCE;binary-topk;real=grouped")

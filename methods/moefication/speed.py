@@ -2,7 +2,7 @@
 (without replacement) for every token, replacing the router's top-k (the router still runs).
 
 Conversion: every MLP's activation becomes ReLU (relufication) and the MLP is split into E contiguous
-experts with a router of the method's width (``router_width``: 128 at ViT-B's d = 768).  No k-means: on
+experts (``moefication.experts``, or the method's expert-size rule: 128 of 24 neurons at ViT-B) with a router of the method's width (``router_width``: 128 at ViT-B's d = 768).  No k-means: on
 random weights the neuron order has no meaning, and clustering does not change the cost or the path.
 MACs per sample: the fixed part (everything but the MoE MLPs, plus the routers on every token) and the
 logged (token, expert) pairs × one pair's MACs (the formula of ``Moefication.sample_macs``); on an
@@ -17,18 +17,19 @@ from torch import nn
 from bench.models.transformer import Block
 from bench.speed import Forcer, SpeedBackbone, teacher_forced_macs
 from methods.moefication.layers import MoEMLP
-from methods.moefication.method import moe_layers, moefy, router_width
+from methods.moefication.method import auto_experts, moe_layers, moefy, router_width
 
 
 class MoeficationForcer(Forcer):
     decisions = "experts per token (k = round(f*E) random experts)"
 
     def convert(self, dense, backbone: SpeedBackbone):
-        experts = int(self.cfg.experts)
         for module in dense.modules():
             if hasattr(module, "fc1") and hasattr(module, "act") and hasattr(module, "fc2"):
                 module.act = nn.ReLU()
-        d_model = next(m for m in dense.modules() if isinstance(m, Block)).mlp.fc1.in_features
+        mlp = next(m for m in dense.modules() if isinstance(m, Block)).mlp
+        d_model = mlp.fc1.in_features
+        experts = int(self.cfg.experts) or auto_experts(mlp.fc1.out_features, int(self.cfg.expert_size))
         moefy(dense, experts, router_width(d_model, experts, int(self.cfg.router_hidden)), seed=0, iters=1,
               cluster=False)
         return dense
