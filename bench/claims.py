@@ -88,11 +88,20 @@ class Increases:
 Check = Reaches | Beats | Increases
 
 
+PAPER, HARNESS = "paper", "harness"  # whose claim it is: a paper's (quoted), or the harness's own question
+
+
 @dataclass(frozen=True)
 class Claim:
-    """One paper claim: ``source`` (paper), ``statement`` (as the paper makes it), where it is tested
+    """One claim: ``source`` (paper), ``statement`` (what is tested, in a sentence), where it is tested
     (``task``; ``dataset``: a substring of the dataset, "" = the task's default dataset), and its checks
-    (the claim holds when every check holds).  ``note`` says how the statement was turned into checks."""
+    (the claim holds when every check holds).  ``note`` says how the statement was turned into checks.
+
+    A paper's claim (``kind`` "paper") quotes the paper: ``quote`` is its sentence verbatim, ``section``
+    where it is (section, table or figure), ``axis`` the metric and cost axis the paper states it on (e.g.
+    "BLEU against average exit"); the checks use that axis where the rows have it, and the note says where
+    they cannot.  A claim of kind "harness" is the harness's own question about a method (no paper makes it)
+    and is listed apart from the papers' claims."""
 
     id: str
     source: str
@@ -102,6 +111,10 @@ class Claim:
     dataset: str = ""
     note: str = ""
     owner: str = field(default="", compare=False)
+    quote: str = ""
+    section: str = ""
+    axis: str = ""
+    kind: str = PAPER
 
 
 @dataclass(frozen=True)

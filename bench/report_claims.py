@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from bench import stats
-from bench.claims import Beats, Claim, Increases, Reaches, Select
+from bench.claims import HARNESS, Beats, Claim, Increases, Reaches, Select
 from bench.report import (NA, TaskView, _goodness, hull_draws, hull_vertices, knob_label, markdown_table,
                           md_escape, quality_at_budget, row_fractions, write_page)
 
@@ -744,13 +744,23 @@ def _headline_mde(result: ClaimResult) -> str:
 
 
 def summary_lines(claim_results: list[ClaimResult], link: str = "claims.md") -> list[str]:
+    """The summary tables: the papers' claims, then the harness's own (each a line per claim)."""
     header = ["claim", "source", "tested on", "verdict (95%)", "Holm-adjusted", "deciding line [95% CI]", "needed",
               "detectable effect (80% power)", "points compared"]
-    table = [[r.claim.id, r.claim.source, f"{r.claim.task}" + (f" ({r.view.dataset.split(' (')[0]})" if r.view else ""),
-              r.verdict + (" ⚑ degenerate baseline" if r.flags else ""), r.adjusted, *_headline(r),
-              _headline_mde(r), r.evidence] for r in claim_results]
-    return [f"Every registered paper claim, judged on today's rows ([details]({link})):", "",
-            markdown_table(header, table)]
+
+    def table(results: list[ClaimResult]) -> str:
+        return markdown_table(header, [
+            [r.claim.id, r.claim.source + (f", {r.claim.section}" if r.claim.section else ""),
+             f"{r.claim.task}" + (f" ({r.view.dataset.split(' (')[0]})" if r.view else ""),
+             r.verdict + (" ⚑ degenerate baseline" if r.flags else ""), r.adjusted, *_headline(r), _headline_mde(r),
+             r.evidence] for r in results])
+
+    papers = [r for r in claim_results if r.claim.kind != HARNESS]
+    own = [r for r in claim_results if r.claim.kind == HARNESS]
+    lines = [f"Every registered paper claim, judged on today's rows ([details]({link})):", "", table(papers)]
+    if own:
+        lines += ["", "The harness's own questions about the methods (no paper makes these claims):", "", table(own)]
+    return lines
 
 
 def claim_curves(claim: Claim, view: TaskView) -> set[str]:
@@ -792,16 +802,22 @@ def claims_markdown(claim_results: list[ClaimResult], results_dir: str,
           "the method (or task) it belongs to (`claims=` in its registration), and evaluated here by the core.",
           "", "## Summary", ""] + summary_lines(claim_results, "#summary")[2:]
     md += ["", "## How the verdicts are reached", "",
-           f"Bootstrap: `scipy.stats.bootstrap`, {stats.N_RESAMPLES} resamples of the test examples, percentile "
-           f"intervals, random state {stats.RANDOM_SEED} (re-running gives the same numbers); every row of a "
-           "section is resampled with the same example indices, so differences are paired. A comparison's A "
-           "and B are means over the seeds both sides have. "
-           "Δ = how much better A is than B in the metric's direction (for WER, B − A)."]
+           f"Bootstrap: `scipy.stats.bootstrap`, {stats.N_RESAMPLES} resamples of the training seeds and the test "
+           f"examples (two levels), percentile intervals, random state {stats.RANDOM_SEED} (re-running gives the "
+           "same numbers); every row of a section is resampled with the same example indices, so differences are "
+           "paired. A comparison's A and B are means over the seeds both sides have. "
+           "Δ = how much better A is than B in the metric's direction (for WER, B − A). "
+           "The reasons for each rule: docs/measurement.md, \"Statistics\"."]
     md += [""] + RULES
     for r in claim_results:
         c = r.claim
-        md += ["", f"## {md_escape(c.id)}", "",
-               f"**Claim** ({md_escape(c.source)}): {md_escape(c.statement)}  ",
+        md += ["", f"## {md_escape(c.id)}", ""]
+        if c.quote:
+            md += [f"> {md_escape(c.quote)}", "",
+                   f"— {md_escape(c.source)}" + (f", {md_escape(c.section)}" if c.section else "")
+                   + (f"; stated on {md_escape(c.axis)}" if c.axis else ""), ""]
+        md += [f"**{'Claim' if c.kind != HARNESS else 'The harness asks'}** ({md_escape(c.source)}): "
+               f"{md_escape(c.statement)}  ",
                f"**Declared by** {md_escape(c.owner)}; **tested on** {md_escape(c.task)}"
                + (f" — {md_escape(r.view.dataset)}" if r.view is not None else " (no rows)") + "  ",
                f"**Points compared**: {r.evidence}  ",

@@ -415,3 +415,21 @@ def test_claims_of_tasks_without_rows_are_not_tested(tmp_path):
     text = (tmp_path / "reports" / "claims.md").read_text()
     imagenet = text.split("acm-imagenet-avit-early-exit", 2)[2].split("\n## ", 1)[0]
     assert "**Verdict: not tested** (no rows of task imagenet" in imagenet, imagenet[:500]
+
+
+def test_a_paper_claim_is_quoted_and_the_harness_own_claims_are_listed_apart(tmp_path):
+    for seed in (0, 1):
+        _write(tmp_path, "m", "a", 0.5, 0.80, seed)
+    views = _views(tmp_path)
+    paper = Claim("p", "Someone 2020", "m reaches 0.7", "toy", (Reaches(Select("m"), 0.7),), dataset=DATASET,
+                  quote="Our method reaches 70% accuracy.", section="§4.1, Table 2", axis="accuracy against FLOPs")
+    own = Claim("h", "harness", "m reaches 0.9", "toy", (Reaches(Select("m"), 0.9),), dataset=DATASET,
+                kind="harness")
+    results_ = [report_claims.evaluate(c, views, tmp_path) for c in (paper, own)]
+    page = report_claims.claims_markdown(results_, str(tmp_path))
+    assert f"> {md_escape('Our method reaches 70% accuracy.')}" in page
+    assert f"— Someone 2020, {md_escape('§4.1, Table 2')}; stated on accuracy against FLOPs" in page
+    summary = "\n".join(report_claims.summary_lines(results_))
+    papers, _, harness = summary.partition("no paper makes these claims")
+    assert "| p |" in papers and "| h |" not in papers and "| h |" in harness
+    assert "**The harness asks** (harness)" in page
