@@ -203,6 +203,21 @@ def cmd_run(args: list[str]) -> int:
     return 0
 
 
+def recipe_lines(spec: registry.MethodSpec, tasks: dict[str, registry.TaskSpec]) -> list[str]:
+    """The method's recipes on each task it supports at its defaults: ``matched`` (the core's equal budget) and
+    ``paper`` (its declared paper recipe, at the task's default base budget)."""
+    lines = []
+    for task in tasks.values():
+        if registry.support_reason(spec, task):
+            continue
+        defaults = task.config()
+        steps = getattr(defaults, "train_steps", None)
+        recipe = spec.paper_recipe(task.backbones(defaults), int(steps)) if isinstance(steps, int) else None
+        paper = recipe.describe() if recipe is not None else "none declared"
+        lines.append(f"recipes on {task.name}: matched = the core's equal budget; paper = {paper}")
+    return lines
+
+
 def cmd_ls(args: list[str]) -> int:
     from bench import config
     from bench.params import field_help
@@ -233,6 +248,8 @@ def cmd_ls(args: list[str]) -> int:
         print(f"  {spec.name:14s} [{spec.knob_kind} knob: {spec.knob}] {spec.description}")
         for name, default, help_text in field_help(spec.config):
             print(f"      {spec.name}.{name}={default!r}  {help_text}")
+        for line in recipe_lines(spec, tasks):
+            print(f"      {line}")
     print("\nmethod x task (default task settings; ✓ = supported):")
     width = max(len(t) for t in tasks) + 2
     print(" " * 14 + "".join(f"{t:{width}s}" for t in tasks))

@@ -46,6 +46,11 @@ class RunConfig:
     timing_rounds: int = param(3, min=1, help="interleaved rounds of method vs dense base timing")
     allow_cost_mismatch: bool = param(False, help="write rows even if the MAC counter and the method's "
                                                   "decision log disagree by >1% (recorded in cost_check)")
+    recipe: str = param("matched", choices=("matched", "paper"),
+                        help="matched: every method on the task's method budget (the equal fine-tune of the dense "
+                             "base, or the base's budget from scratch); paper: the method's paper recipe (its "
+                             "starting point, its budget as the paper's fraction of the base's training, its "
+                             "stage split; `bench ls` shows each)")
     force: bool = param(False, help="re-run knob values that already have result rows")
     shipped: bool = param(True, help="start from the trained bases shipped under artifacts/ when the cache lacks "
                                      "them (false: train them)")

@@ -33,7 +33,7 @@ share of the budget, optimiser policy); the core runs them here:
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
 import torch
@@ -41,6 +41,8 @@ from torch import Tensor, nn
 
 from bench import artifacts
 from bench.api import Batch
+from bench.errors import UserError
+from bench.recipes import Recipe
 
 if TYPE_CHECKING:
     from bench.api import Method, Task
@@ -206,12 +208,26 @@ def chain(parent: dict[str, Any], stage: Stage, steps: int, offset: int, batch_s
             "batch": batch_size, "lr": stage.lr, "policy": stage.policy.describe(), "version": version}
 
 
+def paper_recipe(method: "Method") -> Recipe:
+    """The method's paper recipe, or one line saying that it declares none."""
+    from bench import registry
+
+    task = registry.task_spec(method.run.task_name)
+    recipe = registry.method_spec(method.run.method).paper_recipe(task.backbones(method.task.cfg),
+                                                                   int(method.task.base_budget()["steps"]))
+    if recipe is None:
+        raise UserError(f"recipe=paper: method {method.name} declares no paper recipe (its README says how it "
+                        "is trained); run it with recipe=matched")
+    return recipe
+
+
 def plan(method: "Method") -> Plan:
     """Steps, data offsets and cache keys of a method's stages (nothing is built or trained)."""
     task, run = method.task, method.run
     base = task.base_budget()
     base_steps, batch_size = int(base["steps"]), int(base["batch_size"])
-    starts_from = method.starts_from()
+    recipe = paper_recipe(method) if getattr(run, "recipe", "matched") == "paper" else None
+    starts_from = recipe.starts_from if recipe is not None and recipe.starts_from else method.starts_from()
     if starts_from == "base":
         parent, budget, offset = run.base_key(task), task.method_budget(), base_steps
     else:
@@ -219,6 +235,9 @@ def plan(method: "Method") -> Plan:
         parent = {"from": "scratch", **run.base_key(task)}
         budget, offset = base_steps, 0
     stages = method.stages()
+    if recipe is not None:
+        budget = max(1, round(recipe.budget * base_steps))
+        stages = [replace(s, share=recipe.share_of(s.name, s.share)) for s in stages]
     planned, key = [], parent
     for stage, steps in zip(stages, allocate(stages, budget)):
         if stage.skip:
@@ -270,6 +289,8 @@ def train(method: "Method") -> nn.Module:
     the_plan = plan(method)
     base = run.base_model(task) if the_plan.starts_from == "base" else None
     torch.manual_seed(run.seed)
+    if base is None and method.starts_from() == "base":  # a paper recipe from scratch: an untrained dense model
+        base = task.build_backbone()
     model = method.convert(base)
     method.training_plan = the_plan
     run.check_batch(the_plan.batch_size)

@@ -92,6 +92,9 @@ class MethodSpec:
     # `bench speed`: "module:Class" of the method's decision forcer (a bench.speed.Forcer); "" = ``FORCER``
     # of the ``speed`` module beside ``impl`` if there is one (methods/<m>/speed.py).
     speed: str = ""
+    # The paper's training recipe: paper_recipe(task capabilities, the base's training steps) -> a
+    # bench.recipes.Recipe, or None when the method declares none (``recipe=paper`` is then refused).
+    paper_recipe: Callable[[tuple[str, ...], int], Any] = field(default=lambda capabilities, base_steps: None)
 
 
 def requires_backbone(kind: str | tuple[str, ...], reason: str) -> Callable[[TaskSpec, Any], str | None]:

@@ -27,7 +27,8 @@ from bench.errors import DISK_FULL_ERRNOS, disk_full
 SCHEMA_VERSION = 7  # 2: same-process dense timing ratios and the cost check; 3: load average, code version;
 # 4: the training protocol's version; 5: precision, compute dtypes of the counter and the timer, world size
 # (rows without these columns: fp32, one process); 6: base_train_time_s, and train_time_s without the base's
-# time for a method that fine-tunes it; 7: val_quality and val_n (the task's validation split)
+# time for a method that fine-tunes it; 7: val_quality and val_n (the task's validation split), recipe,
+# train_samples and base_train_samples (rows without them: recipe matched, compute not recorded)
 # The training protocol a row's model was trained under: 1 = each method's own budget, data order and seeds
 # (rows without this column); 2 = stages run by the core (bench/protocol.py: one method budget, data
 # continuing after the base model, per-step seeds).  Reports never join rows of two versions in one curve.
@@ -128,6 +129,11 @@ class ResultRow:
     # the report selects (a method's front) is chosen on it and read on ``quality``
     val_quality: float = float("nan")
     val_n: int = 0
+    # the training recipe (``matched``: the harness's equal budget; ``paper``: the method's paper recipe) and the
+    # training compute of the row's own stages: optimizer steps x batch (samples), and of the base it starts from
+    recipe: str = "matched"
+    train_samples: int = 0
+    base_train_samples: int = 0
 
 
 COLUMNS = [f.name for f in dataclasses.fields(ResultRow)]
@@ -228,7 +234,7 @@ def stable_hash(obj: Any, length: int = 12) -> str:
 
 # Result keys added after rows existed, with the value those rows implicitly had: a key at that value is left
 # out of the hash, so a point run with the defaults keeps the identity of its older rows.
-IMPLICIT_DEFAULTS = {"precision": "fp32", "accumulate": 1}
+IMPLICIT_DEFAULTS = {"precision": "fp32", "accumulate": 1, "recipe": "matched"}
 
 
 # Task-section keys added after rows were written, at the value that keeps the behaviour before them: a

@@ -47,6 +47,7 @@ class RunContext:
         # How stages train at scale (issue 16; run-level keys, defaults for configs that predate them).
         self.precision = str(getattr(cfg, "precision", "fp32"))
         self.accumulate = int(getattr(cfg, "accumulate", 1))
+        self.recipe = str(getattr(cfg, "recipe", "matched"))
         self.train_options = {"precision": self.precision, "accumulate": self.accumulate,
                               "log_every": int(getattr(cfg, "log_every", 50)),
                               "num_workers": int(getattr(cfg, "num_workers", 0)),

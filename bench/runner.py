@@ -192,6 +192,17 @@ def own_training_time(method: Method, run_ctx: RunContext) -> tuple[float, float
     return own, base
 
 
+def training_samples(method: Method) -> tuple[int, int]:
+    """(samples the row's own stages trained on: optimizer steps x batch, samples of the dense base it starts
+    from or 0); the dense base's own row (no stages of its own) counts the base's."""
+    plan = method.training_plan
+    if plan is None:
+        return 0, 0
+    own = sum(p.steps for p in plan.stages) * plan.batch_size
+    base = int(method.task.base_budget()["steps"]) * plan.batch_size if plan.starts_from == "base" else 0
+    return (own, base) if own else (base, 0)
+
+
 def base_step_s(task: Task, batch_size: int, device: str, steps: int = 5) -> float:
     """Seconds per optimizer step of the task's dense base model on this machine (median of ``steps`` after
     two warm-up steps; the global random state is left as it was)."""
@@ -244,6 +255,7 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     # The row's training time: its own stages (the base's time in its own column when the model starts from
     # it), not the dense base loaded below only as the timing's or counting's reference.
     train_time_s, base_time_s = own_training_time(method, run_ctx)
+    train_samples, base_train_samples = training_samples(method)
     world = distributed.world()
     if world > 1:
         # Every rank trains what rank 0 will load below (the dense base for timing, a trained reference),
@@ -315,7 +327,8 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
             git_dirty=dirty, versions=provenance.versions(),
             device=provenance.device_name(device), timestamp=provenance.timestamp(), precision=precision,
             count_dtype=dtype, timing_dtype=dtype if cfg.timing else "", world_size=world,
-            val_quality=val_quality, val_n=val_n)
+            val_quality=val_quality, val_n=val_n, recipe=run_ctx.recipe, train_samples=train_samples,
+            base_train_samples=base_train_samples)
         written.append(str(results.append(cfg.results_dir, row, row_id, samples,
                                           config_yaml=OmegaConf.to_yaml(cfg, resolve=True))))
         log.info("%s %s %s=%s: %s=%.4f, %.4g MACs/sample (%.1f%% of dense), %s", task_name, method_name,

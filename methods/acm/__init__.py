@@ -4,6 +4,7 @@ and q/k/v/o projection of the task's dense transformer (registration only; no to
 from dataclasses import dataclass
 
 from bench.params import param
+from bench.recipes import Recipe
 from bench.registry import MethodSpec, register_method, requires_backbone
 
 
@@ -50,6 +51,17 @@ class ACMConfig:
                                               "see method.py)")
 
 
+def paper_recipe(capabilities: tuple[str, ...], base_steps: int) -> Recipe:
+    """From the pre-trained model, 100 conversion epochs on top of a ViT-B trained for 300 (§Computer Vision:
+    1/3 of the base's training), split 2 / 1 / 97 between the stages; speech splits its epochs 5 / 1 / 4
+    (§Speech-to-Text), on the same fraction of this harness's base."""
+    if "audio" in capabilities:
+        return Recipe("base", 1 / 3, (("distill", 5), ("gates", 1), ("e2e", 4)),
+                      "§Speech-to-Text: 5/1/4 epochs; the vision budget's fraction")
+    return Recipe("base", 1 / 3, (("distill", 2), ("gates", 1), ("e2e", 97)),
+                  "§Computer Vision: 100 epochs on a 300-epoch ViT-B, 2/1/97")
+
+
 SPEC = register_method(MethodSpec(
     name="acm",
     config=ACMConfig,
@@ -62,4 +74,5 @@ SPEC = register_method(MethodSpec(
                               "ACM replaces transformer MLPs/projections; this task's backbone has none"),
     test_overrides=("acm.min_distill_steps=2", "acm.min_gate_steps=2"),
     figures="methods.acm.figures:figures",
+    paper_recipe=paper_recipe,
 ))

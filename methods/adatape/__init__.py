@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import List
 
 from bench.params import param
+from bench.recipes import Recipe
 from bench.registry import MethodSpec, register_method
 
 
@@ -47,6 +48,13 @@ def _support(task, task_cfg):
             "provides neither (parity: use parity.variant=sequence)")
 
 
+def paper_recipe(capabilities: tuple[str, ...], base_steps: int) -> Recipe:
+    """From scratch; on parity the paper's 10,000 steps at batch 128, on images the ViT's own schedule."""
+    if "sequence-bits" in capabilities:
+        return Recipe("scratch", 10_000 / base_steps, (), "the paper's parity setting: 10k steps x 128")
+    return Recipe("scratch", 1.0, (), "trained from scratch like its ViT")
+
+
 SPEC = register_method(MethodSpec(
     name="adatape",
     config=AdaTapeConfig,
@@ -59,4 +67,5 @@ SPEC = register_method(MethodSpec(
     test_overrides=("adatape.max_tape=4", "adatape.tau=2.0", "adatape.eval_caps=[2]", "adatape.bank_size=16"),
     eval_examples=("adatape.eval_caps=[1]",),
     figures="methods.adatape.figures:draw",
+    paper_recipe=paper_recipe,
 ))

@@ -4,6 +4,7 @@ from the task's dense encoder (registration only; no torch here)."""
 from dataclasses import dataclass
 
 from bench.params import param
+from bench.recipes import Recipe
 from bench.registry import MethodSpec, register_method, requires_backbone
 
 
@@ -39,6 +40,11 @@ class AViTConfig:
     lr: float = param(5e-4, min=0.0, help="Adam lr of the fine-tuning (A-ViT-T README: 5e-4)")
 
 
+def paper_recipe(capabilities: tuple[str, ...], base_steps: int) -> Recipe:
+    """The ACM paper's A-ViT baseline: 100 epochs on the pre-trained ViT-B, 1/3 of its 300 (§Computer Vision)."""
+    return Recipe("base", 1 / 3, (), "ACM paper §Computer Vision: 100 epochs on a 300-epoch ViT-B")
+
+
 SPEC = register_method(MethodSpec(
     name="avit",
     config=AViTConfig,
@@ -53,4 +59,5 @@ SPEC = register_method(MethodSpec(
     test_overrides=("avit.eval_epsilons=[0.5]", "avit.halt_init=0.3"),
     eval_examples=("avit.eval_epsilons=[0.2]",),
     figures="methods.avit.figures:figures",
+    paper_recipe=paper_recipe,
 ))

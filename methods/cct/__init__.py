@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import List
 
 from bench.params import param
+from bench.recipes import Recipe
 from bench.registry import MethodSpec, register_method
 
 
@@ -47,6 +48,11 @@ def _support(task, task_cfg):
             "sequences are not supported yet)")
 
 
+def paper_recipe(capabilities: tuple[str, ...], base_steps: int) -> Recipe:
+    """From scratch, with the same schedule as the static baselines (§4): the base's budget."""
+    return Recipe("scratch", 1.0, (), "§4: trained from scratch with the baselines' hyper-parameters")
+
+
 SPEC = register_method(MethodSpec(
     name="cct",
     config=CCTConfig,
@@ -60,4 +66,5 @@ SPEC = register_method(MethodSpec(
     test_overrides=("cct.gate_hidden=4",),
     eval_examples=("cct.pairs=decoder",),
     figures="methods.cct.figures:draw",
+    paper_recipe=paper_recipe,
 ))

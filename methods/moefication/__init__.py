@@ -9,6 +9,7 @@ time on the one model.
 from dataclasses import dataclass
 
 from bench.params import param
+from bench.recipes import Recipe
 from bench.registry import MethodSpec, register_method, requires_backbone
 
 
@@ -35,6 +36,13 @@ class MoeficationConfig:
     kmeans_iters: int = param(30, min=1, help="max Lloyd iterations of the balanced k-means")
 
 
+def paper_recipe(capabilities: tuple[str, ...], base_steps: int) -> Recipe:
+    """The ACM paper's MoEfication baseline: 100 epochs on the pre-trained ViT-B (1/3 of its 300), 80 of them
+    relufication and 20 router training (§Computer Vision); speech 8 + 2 of 10 (§Speech-to-Text)."""
+    return Recipe("base", 1 / 3, (("relu", 0.8), ("router", 0.2)),
+                  "ACM paper §Computer Vision: 80 + 20 of 100 epochs on a 300-epoch ViT-B")
+
+
 SPEC = register_method(MethodSpec(
     name="moefication",
     config=MoeficationConfig,
@@ -48,4 +56,5 @@ SPEC = register_method(MethodSpec(
     test_overrides=("moefication.experts=4", "moefication.k_values=[1,2]", 
                     "moefication.kmeans_iters=10"),
     eval_examples=("moefication.k_values=[2]",),
+    paper_recipe=paper_recipe,
 ))

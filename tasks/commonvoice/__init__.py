@@ -70,7 +70,7 @@ SPEC = register_task(TaskSpec(
     metric="wer",
     higher_is_better=False,
     # "token-outputs": the task reads the encoder's output at every token (CTC), not a pooled vector.
-    backbones=lambda cfg: ("encoder", "token-outputs"),
+    backbones=lambda cfg: ("encoder", "token-outputs", "audio"),
     test_overrides=("commonvoice.train_utterances=24", "commonvoice.eval_utterances=12", "commonvoice.max_chars=24",
                     "commonvoice.d_model=16", "commonvoice.layers=2", "commonvoice.heads=2",
                     "commonvoice.mlp=32", "commonvoice.n_mels=16", "commonvoice.train_steps=3",
