@@ -115,6 +115,9 @@ class Claim:
     section: str = ""
     axis: str = ""
     kind: str = PAPER
+    # the training recipe of the rows it reads (bench/recipes.py): "paper" (the papers' recipes); while a
+    # selection has no such rows, the report reads the "matched" rows and says so
+    recipe: str = "paper"
 
 
 @dataclass(frozen=True)

@@ -364,15 +364,19 @@ def _curve_labels(rows) -> list[str]:
         rows = rows.assign(setting="")
     protocol = protocol_versions(rows)
     protocols_per_method = protocol.groupby(rows["method"]).nunique()
+    recipe = rows["recipe"].fillna("matched") if "recipe" in rows else rows["method"].map(lambda _: "matched")
+    recipes_per_method = recipe.groupby(rows["method"]).nunique()
     knobs_per_method = rows.groupby("method")["knob_name"].nunique()
     short = {m: _distinct_parts([str(v) for v in group.unique()])
              for m, group in rows.fillna({"variant": ""}).groupby("method")["variant"]}
     labels = []
-    for (method, variant, setting, knob), version in zip(rows[CURVE_KEY].itertuples(index=False), protocol):
+    for (method, variant, setting, knob), version, kind in zip(rows[CURVE_KEY].itertuples(index=False), protocol,
+                                                            recipe):
         variant = "" if variant != variant else str(variant)  # NaN -> ""
         label = method + (f" [{short[method][variant]}]" if variant and len(short[method]) > 1 else "")
         label += f" [{setting}]" if setting == setting and setting else ""
         label += f" [protocol {int(version)}]" if protocols_per_method[method] > 1 else ""  # never one curve
+        label += f" [recipe={kind}]" if recipes_per_method[method] > 1 and f"recipe={kind}" not in label else ""
         labels.append(label + (f" ({knob})" if knobs_per_method[method] > 1 else ""))
     return labels
 
@@ -394,6 +398,8 @@ def _aggregate(rows, macs_dense: float):
     for column in ("setting", "variant", "row_key"):
         if column not in rows:
             rows = rows.assign(**{column: ""})
+    # rows before the recipe column were trained on the core's equal budget
+    rows = rows.assign(recipe=rows["recipe"].fillna("matched") if "recipe" in rows else "matched")
     rows = rows.assign(_frac=row_fractions(rows, macs_dense))
     grouped = rows.groupby(["curve", "method", "knob_value"], sort=False)
     points = grouped.agg(
@@ -403,7 +409,7 @@ def _aggregate(rows, macs_dense: float):
         q_min=("quality", "min"), q_max=("quality", "max"), n_seeds=("seed", "nunique"),
         latency_ms=("latency_b1_ms", "mean"), latency_ratio=("latency_b1_ratio", "mean"),
         throughput_ratio=("throughput_ratio", "mean"),
-        keys=("row_key", tuple), seeds=("seed", tuple), variant=("variant", "first"),
+        keys=("row_key", tuple), seeds=("seed", tuple), variant=("variant", "first"), recipe=("recipe", "first"),
         setting=("setting", "first"),
     ).reset_index()
     return points.sort_values(["curve", "cost"], kind="stable").reset_index(drop=True)

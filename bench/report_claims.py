@@ -202,6 +202,7 @@ class ClaimResult:
     checks: list[CheckResult] = field(default_factory=list)
     verdict: str = UNTESTED
     reason: str = ""
+    recipe: str = ""  # the training recipe of the rows read (:func:`rows_recipe`)
 
     @property
     def adjusted(self) -> str:
@@ -269,7 +270,9 @@ def find_view(claim: Claim, views: list[TaskView]) -> TaskView | None:
     return mine[0] if mine else None
 
 
-def select_points(view: TaskView, sel: Select):
+def select_points(view: TaskView, sel: Select, recipe: str | None = None):
+    """The points of ``view`` that ``sel`` selects, of rows trained under ``recipe`` (None: any recipe; the
+    static models are the same under every recipe)."""
     p = view.points
     mask = p["method"] == sel.method if sel.method else pd.Series(True, index=p.index)  # "": every method
     variant = p["variant"].fillna("").astype(str)
@@ -287,6 +290,8 @@ def select_points(view: TaskView, sel: Select):
         mask &= p["knob_kind"] == sel.kind
     if sel.knob:
         mask &= p["knob_value"].astype(str).map(lambda v: re.fullmatch(sel.knob, v) is not None)
+    if recipe is not None and sel.kind != "static" and "recipe" in p:
+        mask &= (p["recipe"] == recipe) | (p["knob_kind"] == "static")
     return p[mask].sort_values("frac", kind="stable")
 
 
@@ -430,8 +435,8 @@ def degenerate(view: TaskView, keys) -> str:
     return constant_prediction(view, keys) or majority_share(view, keys)
 
 
-def _reaches(view: TaskView, check: Reaches) -> CheckResult:
-    pts = select_points(view, check.select)
+def _reaches(view: TaskView, check: Reaches, recipe: str | None = None) -> CheckResult:
+    pts = select_points(view, check.select, recipe)
     hib = view.higher_is_better
     items = [] if not pts.empty else [Item(f"no points of {check.select.name}", NA, "", math.nan, math.nan,
                                            math.nan, "", "", UNTESTED, "no rows match the selection")]
@@ -498,8 +503,8 @@ def hull_segment(pts, budget: float, higher_is_better: bool) -> str:
     return f"{name(int(vertices[right - 1]))} to {name(int(vertices[right]))}"
 
 
-def beats(view: TaskView, check: Beats, results_dir) -> CheckResult:
-    a_pts, b_pts = select_points(view, check.a), select_points(view, check.b)
+def beats(view: TaskView, check: Beats, results_dir, recipe: str | None = None) -> CheckResult:
+    a_pts, b_pts = select_points(view, check.a, recipe), select_points(view, check.b, recipe)
     hib = view.higher_is_better
     items: list[Item] = []
     if a_pts.empty or b_pts.empty:
@@ -630,13 +635,13 @@ def _sacrebleu(view: TaskView, base_key: str, system_key: str) -> dict | None:
                                        (texts(system, "prediction"), texts(system, "target")))
 
 
-def _increases(view: TaskView, check: Increases) -> CheckResult:
+def _increases(view: TaskView, check: Increases, recipe: str | None = None) -> CheckResult:
     from scipy.stats import bootstrap, pearsonr, rankdata
 
     def spearman(x, y, axis=-1):
         return pearsonr(rankdata(x, axis=axis), rankdata(y, axis=axis), axis=axis).statistic
 
-    pts = select_points(view, check.select)
+    pts = select_points(view, check.select, recipe)
     items = [] if not pts.empty else [Item(f"no points of {check.select.name}", NA, "", math.nan, math.nan,
                                            math.nan, "ρ > 0", "", UNTESTED, "no rows match the selection")]
     for _, point in pts.iterrows():
@@ -661,19 +666,35 @@ def _increases(view: TaskView, check: Increases) -> CheckResult:
                        points=_point_keys(pts))
 
 
+def claim_selects(claim: Claim) -> list[Select]:
+    return [sel for check in claim.checks
+            for sel in ((check.a, check.b) if isinstance(check, Beats) else (check.select,))]
+
+
+def rows_recipe(claim: Claim, view: TaskView) -> str:
+    """The recipe whose rows a claim reads: its own (the papers' recipes), or "matched" while none of its
+    selections has rows of that recipe (the page says so)."""
+    for sel in claim_selects(claim):
+        points = select_points(view, sel, claim.recipe) if sel.kind != "static" else view.points.iloc[:0]
+        if (points["knob_kind"] != "static").any():  # trained rows of that recipe (the static models are shared)
+            return claim.recipe
+    return "matched"
+
+
 def evaluate(claim: Claim, views: list[TaskView], results_dir) -> ClaimResult:
     view = find_view(claim, views)
     out = ClaimResult(claim, view)
     if view is None or view.unc is None:
         out.reason = f"no rows of task {claim.task}" + (f" dataset containing {claim.dataset!r}" if claim.dataset else "")
         return out
+    out.recipe = rows_recipe(claim, view)
     for check in claim.checks:
         if isinstance(check, Reaches):
-            out.checks.append(_reaches(view, check))
+            out.checks.append(_reaches(view, check, out.recipe))
         elif isinstance(check, Beats):
-            out.checks.append(beats(view, check, results_dir))
+            out.checks.append(beats(view, check, results_dir, out.recipe))
         elif isinstance(check, Increases):
-            out.checks.append(_increases(view, check))
+            out.checks.append(_increases(view, check, out.recipe))
         else:
             raise TypeError(f"claim {claim.id}: unknown check {type(check).__name__}")
     out.verdict = combine([c.verdict for c in out.checks])
@@ -767,10 +788,18 @@ def claim_curves(claim: Claim, view: TaskView) -> set[str]:
     """The curves a claim's checks select in ``view``, by the selectors' full filters (a claim that leaves
     some of a method's points out leaves their curve out); the static models (selected by kind) are not
     among them."""
-    selects = [sel for check in claim.checks
-               for sel in ((check.a, check.b) if isinstance(check, Beats) else (check.select,))]
-    return {str(curve) for sel in selects if sel.kind != "static"
-            for curve in select_points(view, sel)["curve"]}
+    recipe = rows_recipe(claim, view)
+    return {str(curve) for sel in claim_selects(claim) if sel.kind != "static"
+            for curve in select_points(view, sel, recipe)["curve"]}
+
+
+def _recipe_text(result: ClaimResult) -> str:
+    if not result.recipe:
+        return NA
+    if result.recipe == result.claim.recipe:
+        return f"recipe={result.recipe}"
+    return (f"recipe={result.recipe}: no recipe={result.claim.recipe} rows of these methods yet, so the verdict is "
+            f"on the harness's equal budget, not on the paper's recipe")
 
 
 def _num_text(value: float, spec: str) -> str:
@@ -821,6 +850,7 @@ def claims_markdown(claim_results: list[ClaimResult], results_dir: str,
                f"**Declared by** {md_escape(c.owner)}; **tested on** {md_escape(c.task)}"
                + (f" — {md_escape(r.view.dataset)}" if r.view is not None else " (no rows)") + "  ",
                f"**Points compared**: {r.evidence}  ",
+               f"**Rows read**: {_recipe_text(r)}  ",
                f"**Verdict: {r.verdict}**" + (f" ({md_escape(r.reason)})" if r.reason else "")]
         if c.note:
             md += ["", md_escape(c.note)]

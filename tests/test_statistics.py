@@ -165,3 +165,25 @@ def test_rows_of_a_task_with_a_validation_split_carry_its_metric(tmp_path):
     valid = task.validation_task()
     first = next(iter(task.eval_batches())).x, next(iter(valid.eval_batches())).x
     assert not torch.equal(*first)  # another draw than the test split (and than training's stream)
+
+
+def test_a_claim_reads_the_paper_recipe_rows_and_says_when_it_falls_back_to_matched(tmp_path):
+    for seed in (0, 1, 2):
+        _write_balanced(tmp_path, "m", 0.60, seed)  # the harness's equal budget (recipe column: matched)
+    views = _views(tmp_path)
+    claim = Claim("c", "s", "m reaches 0.8", "toy", (Reaches(Select("m"), 0.8),), dataset=DATASET)
+    fallback = report_claims.evaluate(claim, views, tmp_path)
+    assert fallback.recipe == "matched" and fallback.verdict == "does not hold"
+    assert "no recipe=paper rows of these methods yet" in report_claims.claims_markdown([fallback], str(tmp_path))
+    for seed in (0, 1, 2):  # the paper's recipe: another training, another identity
+        rng = np.random.default_rng(seed)
+        target = (rng.random(2000) < 0.5).astype(int)
+        right = rng.random(2000) < 0.9
+        row = dataclasses.replace(_row("m", "train", "x", 0.5, float(right.mean()), seed=seed), n_eval=2000,
+                                  recipe="paper", config_hash="feedfeedfeedfeed")
+        samples = pd.DataFrame({"target": target, "prediction": np.where(right, target, 1 - target),
+                                "score": right.astype(float), "macs": 0.5, "index": np.arange(2000)})
+        results.append(tmp_path, row, f"m-paper-s{seed}", samples)
+    paper = report_claims.evaluate(claim, _views(tmp_path), tmp_path)
+    assert paper.recipe == "paper" and paper.verdict == "holds"
+    assert "**Rows read**: recipe=paper  " in report_claims.claims_markdown([paper], str(tmp_path))
