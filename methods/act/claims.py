@@ -52,7 +52,7 @@ CLAIMS = [
     ),
     Claim(
         id="act-vs-static",
-        source="harness question (Graves 2016 makes no such comparison)",
+        source="after Graves 2016, ACT (the paper makes no such comparison)",
         statement="At equal mean computation, ACT is more accurate than a static recurrence that applies the "
                   "cell a fixed number of times.",
         task="parity",

@@ -12,7 +12,7 @@ DENSE = Select("dense", label="dense base", knob="w1-d1", variant_is="")
 CLAIMS = [
     Claim(
         id="cct-imagenet",
-        source="harness question (CCT's claim, asked on vision; the CCT paper has WMT'14 En-Fr and BERT only)",
+        source="after Controlling Computation versus Quality (CCT), whose experiments are WMT'14 En-Fr and BERT only",
         statement=STATEMENT,
         task="imagenet",
         kind=HARNESS,
