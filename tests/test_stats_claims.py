@@ -433,3 +433,26 @@ def test_a_paper_claim_is_quoted_and_the_harness_own_claims_are_listed_apart(tmp
     papers, _, harness = summary.partition("no paper makes these claims")
     assert "| p |" in papers and "| h |" not in papers and "| h |" in harness
     assert "**The harness asks** (harness)" in page
+
+
+def test_every_registered_paper_claim_quotes_its_paper_and_the_harness_own_claims_do_not():
+    """A paper's claim carries the paper's sentence (short: at most two sentences, verbatim, with "[…]" for
+    what is left out), where it is, and the axis the paper states it on; a question no paper asks is of kind
+    "harness" and quotes nothing.  Nothing in a claim points outside the repository."""
+    import re
+
+    from bench.claims import HARNESS, PAPER
+
+    found = report_claims.registered_claims()
+    assert found
+    for claim in found:
+        assert claim.kind in (PAPER, HARNESS), claim.id
+        if claim.kind == HARNESS:
+            assert not claim.quote and not claim.section, claim.id
+            assert claim.note, f"{claim.id}: say why no paper makes this claim"
+            continue
+        assert claim.quote and claim.section and claim.axis, claim.id
+        sentences = [s for part in claim.quote.split("[…]") for s in re.split(r"(?<=[.!?])\s+", part.strip()) if s]
+        assert len(sentences) <= 2 and len(claim.quote) <= 400, f"{claim.id}: quote one or two sentences"
+        for text in (claim.quote, claim.section, claim.axis, claim.note, claim.source):
+            assert "/work/" not in text and "shared/papers" not in text, claim.id

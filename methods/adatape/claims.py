@@ -10,15 +10,21 @@ CLAIMS = [
     Claim(
         id="adatape-parity",
         source="Xue et al. 2023, AdaTape, parity",
-        statement="AdaTape solves parity, where a standard Transformer and a Universal Transformer fail.",
+        statement="On parity, the standard Transformer and the Universal Transformer fail (at chance), and AdaTape "
+                  "performs much better than both.",
         task="parity",
         dataset="parity-sequence",
+        quote="We can see both the standard transformer and universal transformer completely fail on the parity "
+              "task, even if they are trained and evaluated on a very short (simple) sequence. However, the "
+              "AdaTape performs much better than all baselines.",
+        section="§3.2, Figure 2",
+        axis="parity accuracy (sequence form, input through the tape); no cost axis",
         checks=(
             # the paper's input only (a single trainable token; the tape is the only way to the input): rows of
             # the projection ablation, or made before the input was declared, do not test tape reading
             Reaches(Select("adatape", label="AdaTape (paper input, no eval cap)", variant_has="input=token",
-                           variant_not="eval-cap"), 0.99,
-                    quantifier="any", title="AdaTape solves parity (accuracy ≥ 0.99 at some tape setting)"),
+                           variant_not="eval-cap"), 0.9,
+                    quantifier="any", title="AdaTape performs much better (accuracy ≥ 0.9 at some tape setting)"),
             # the full-size dense model at any budget: on the sequence form its steps differ from the task's
             # default (the dense variant then names the budget), and every such run should fail
             Reaches(Select("dense", label="vanilla Transformer", knob="w1-d1"), 0.6, fails=True,
@@ -26,11 +32,17 @@ CLAIMS = [
             Reaches(Select("act", label="Universal Transformer (ACT)"), 0.6, fails=True,
                     title="the Universal Transformer fails (accuracy < 0.6)"),
         ),
-        note=("Only rows with the paper's input (adatape.input=token: one trainable token, the input read through "
+        note=("The paper gives no accuracy in its text (Figure 2 plots it) and says 'much better', not 'solves': "
+              "'much better than all baselines' is read as accuracy ≥ 0.9 at some tape setting (quantifier any), "
+              "which, with the baselines below 0.6 (the paper: 'at the level of a random guessing baseline'), is "
+              "at least 30 points above both; the earlier ≥ 0.99 ('solves') was stricter than the paper. "
+              "The report flags a baseline that learned nothing (one label on every example): its failure then "
+              "says nothing about the architecture. "
+              "Only rows with the paper's input (adatape.input=token: one trainable token, the input read through "
               "the tape alone) count for AdaTape; the projection ablation's query sees the whole sequence. "
               "Eval-time tape caps (a harness extension, not in the paper) are left out of the AdaTape selection. "
               "The points were trained on the sequence form at n = 16 with parity.train_steps=2000 (every model "
-              "here, dense and ACT included; the task's default budget is for the vector form), as each row's "
-              "`command` records."),
+              "here, dense and ACT included; the task's default budget is for the vector form; the paper trains "
+              "10,000 steps), as each row's command column records."),
     ),
 ]
