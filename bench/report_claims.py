@@ -10,13 +10,14 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from bench import stats
 from bench.claims import HARNESS, Beats, Claim, Increases, Reaches, Select
-from bench.report import (NA, TaskView, _goodness, hull_draws, hull_vertices, knob_label, markdown_table,
+from bench.report_views import (NA, TaskView, _goodness, hull_draws, hull_vertices, knob_label, markdown_table,
                           md_escape, quality_at_budget, row_fractions, write_page)
 
 HOLDS, FAILS, UNSURE = "holds", "does not hold", "inconclusive"
@@ -888,18 +889,14 @@ def claims_markdown(claim_results: list[ClaimResult], results_dir: str,
 
 
 def write(views: list[TaskView], reports_dir: Path, results_dir, echo=print,
-          static: dict | None = None) -> tuple[list[str], list[str]]:
+          static_lines: Callable[[ClaimResult], list[str]] | None = None) -> tuple[list[str], list[str]]:
     """Evaluate every registered claim; write claims.md/.html; return (paths, leaderboard summary lines).
-    ``static``: each section's :func:`bench.report_static.compare`, keyed by :attr:`TaskView.key`."""
-    from bench import report_static
-
+    ``static_lines(result)``: the lines on a claim's methods against its section's static models."""
     claim_results = [evaluate(c, views, results_dir) for c in registered_claims()]
     adjust(claim_results)
     for r in claim_results:
         echo(f"  claim {r.claim.id}: {r.verdict}")
-    static_lines = {r.claim.id: report_static.claim_lines(
-        (static or {}).get(r.view.key, []), claim_curves(r.claim, r.view))
-        for r in claim_results if r.view is not None}
+    static_lines = {r.claim.id: static_lines(r) for r in claim_results if r.view is not None} if static_lines else {}
     paths = write_page(reports_dir, "claims", claims_markdown(claim_results, str(results_dir), static_lines),
                        "Paper claims")
     return paths, summary_lines(claim_results) if claim_results else []

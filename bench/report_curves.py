@@ -57,7 +57,7 @@ import numpy as np
 import pandas as pd
 
 from bench import results, stats
-from bench.report import markdown_table, md_escape, write_page
+from bench.report_views import markdown_table, md_escape, write_page
 from bench.report_claims import FAILS, HOLDS, seed_check, verdict
 
 MET, MISSED, UNSURE = "met", "missed", "inconclusive"
@@ -185,7 +185,7 @@ def load_curves(results_dir: Path | str) -> list[Curve]:
     protocol: dense rows grouped by (task, dataset, setting)."""
     import yaml
 
-    from bench.report import latest_rows, protocol_versions
+    from bench.report_views import latest_rows, protocol_versions
 
     curve_rows = results.load(Path(results_dir) / CURVES_DIR).assign(leaderboard=False)
     if curve_rows.empty:
@@ -621,13 +621,12 @@ def curve_section(curve: Curve, slug: str, target) -> tuple[list[str], dict]:
     return lines, {**summary, "points": pts}
 
 
-def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
-    """Write reports/curves.{md,html} and one figure per curve (the method-budget curves' section included,
-    bench/report_method_budget.py); [] when there are no curve rows."""
-    from bench import report_method_budget
-
+def write(results_dir: Path | str, reports_dir: Path | str,
+          budget: tuple[list[str], list[str]] | None = None) -> list[str]:
+    """Write reports/curves.{md,html} and one figure per curve; ``budget``: the method-budget curves' section
+    and its figures (``bench.report_method_budget.section``), placed at the end.  [] when there is nothing."""
     curves = load_curves(results_dir)
-    budget_lines, budget_figures = report_method_budget.section(results_dir, reports_dir)
+    budget_lines, budget_figures = budget or ([], [])
     if not curves and not budget_lines:
         return []
     out = Path(reports_dir)

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from bench import results, stats
-from bench.report import markdown_table, md_escape
+from bench.report_views import markdown_table, md_escape
 from bench.report_claims import FAILS, HOLDS, seed_check, verdict
 from bench.report_curves import (CURVES_DIR, UNSURE, Curve, Point, _config_defaults, _fmt, base_target, points,
                                  step_gains)
@@ -102,14 +102,14 @@ def _config(row: dict) -> dict:
 
 
 def _today(rows: pd.DataFrame) -> pd.DataFrame:
-    from bench.report import protocol_versions
+    from bench.report_views import protocol_versions
 
     return rows[protocol_versions(rows) == results.PROTOCOL_VERSION] if not rows.empty else rows
 
 
 def _latest_per_seed(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """One row per ``keys`` and seed, the latest (a re-run replaces an earlier one), with ``row_key``."""
-    from bench.report import latest_rows
+    from bench.report_views import latest_rows
 
     rows = latest_rows(rows.reset_index(drop=True))
     return rows.sort_values("timestamp", kind="stable").drop_duplicates([*keys, "seed"], keep="last")

@@ -18,9 +18,8 @@ if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
     pytest.skip("Triton needs a GPU or TRITON_INTERPRET=1", allow_module_level=True)
 
 from bench.kernels import acm_ops  # noqa: E402
-from bench.kernels.acm_triton import (  # noqa: E402
-    acm_triton, acm_triton_prepared, group_tokens, group_tokens_reference, prepare_weights,
-)
+from bench.kernels.acm_ops import acm_triton, acm_triton_prepared  # noqa: E402
+from bench.kernels.acm_triton import group_tokens, group_tokens_reference, prepare_weights  # noqa: E402
 
 DEV = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
 D, N, W = 32, 4, 16

@@ -154,7 +154,7 @@ def _triton_kernel():
     pytest.importorskip("triton")
     if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
         pytest.skip("Triton needs a GPU or TRITON_INTERPRET=1")
-    from bench.kernels.acm_triton import acm_triton
+    from bench.kernels.acm_ops import acm_triton
 
     return acm_triton
 

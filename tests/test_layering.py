@@ -1,70 +1,41 @@
-"""Layering rules (docs/architecture.md): bench/ knows no method or task, a method never imports a task and a task
-never imports a method, and producers of rows (runs, the kernel benchmark) do not import the report."""
+"""Layering rules (docs/architecture.md): the import contracts in .importlinter (bench/ knows no method or task, a
+method never imports a task and a task never imports a method, producers of rows do not import the report, no
+import cycles), and what a contract cannot say (methods ask for capabilities, not task names)."""
 
 import ast
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT_MODULES = ("bench.report", "bench.report_plots")
-# The report itself and the CLI verb that starts it may import it; nothing else in bench/ may.
-REPORT_USERS = {"bench/report.py", "bench/report_plots.py", "bench/report_speed.py", "bench/report_claims.py", "bench/report_curves.py",
-                "bench/report_method_budget.py", "bench/report_static.py", "bench/report_status.py",
-                "bench/cli.py"}
-
-
-def imported_modules(path: Path) -> set[str]:
-    """Every module an ``import``/``from ... import`` statement names anywhere in the file (lazy ones too)."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return names
 
 
 def files(package: str) -> list[Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
 
-def offending(paths: list[Path], forbidden: tuple[str, ...]) -> list[str]:
-    bad = []
-    for path in paths:
-        for name in sorted(imported_modules(path)):
-            if name in forbidden or name.startswith(tuple(f"{f}." for f in forbidden)):
-                bad.append(f"{path.name if not path.is_relative_to(ROOT) else path.relative_to(ROOT)} imports {name}")
-    return bad
+def test_the_layer_contracts_hold():
+    """The contracts in .importlinter (import-linter): the core knows no method or task, methods and tasks never
+    import each other, what makes rows never imports the report, and no package has an import cycle."""
+    from importlinter.cli import lint_imports
+
+    assert lint_imports(config_filename=str(ROOT / ".importlinter"), no_cache=True, no_logo=True) == 0
 
 
-def test_imported_modules_sees_lazy_imports(tmp_path):
-    probe = tmp_path / "probe.py"
-    probe.write_text("def f():\n    from bench.report_plots import save_figure\n    import tasks.parity.task\n")
-    assert {"bench.report_plots", "tasks.parity.task"} <= imported_modules(probe)
-    assert offending([probe], ("tasks",)) and offending([probe], REPORT_MODULES)
+def test_a_broken_contract_fails(tmp_path):
+    """The contracts can fail: a method module that imports a task breaks the methods contract."""
+    from importlinter.cli import lint_imports
 
-
-def test_methods_do_not_import_tasks():
-    assert offending(files("methods"), ("tasks",)) == []
-
-
-def test_tasks_do_not_import_methods():
-    assert offending(files("tasks"), ("methods",)) == []
-
-
-def test_core_imports_no_method_or_task():
-    assert offending(files("bench"), ("methods", "tasks")) == []
-
-
-@pytest.mark.parametrize("package", ["bench", "methods", "tasks"])
-def test_producers_do_not_import_the_report(package):
-    # figures.py of a method/task draws from rows for `bench report` (TaskSpec.figures): report-side code
-    paths = [p for p in files(package) if str(p.relative_to(ROOT)) not in REPORT_USERS and p.name != "figures.py"]
-    assert offending(paths, REPORT_MODULES) == []
+    probe = ROOT / "methods" / "_probe_contract.py"
+    probe.write_text("import tasks.parity.task\n")
+    try:
+        code = lint_imports(config_filename=str(ROOT / ".importlinter"), no_cache=True, no_logo=True,
+                            limit_to_contracts=("methods",))
+    finally:
+        probe.unlink()
+    assert code == 1
 
 
 def test_kernel_benchmark_draws_without_loading_the_report(tmp_path):

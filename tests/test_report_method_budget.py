@@ -116,7 +116,7 @@ def test_a_curve_joins_the_leaderboard_point_and_judges_each_doubling(tmp_path):
     assert against[DEFAULT_BUDGET].verdict == mb.BELOW
     assert against[4 * DEFAULT_BUDGET].seed_deltas == {0: pytest.approx(-0.02), 1: pytest.approx(-0.03)}
 
-    written = report_curves.write(tmp_path, tmp_path / "reports")
+    written = report_curves.write(tmp_path, tmp_path / "reports", mb.section(tmp_path, tmp_path / "reports"))
     md = (tmp_path / "reports" / "curves.md").read_text()
     section = md.split("## Method budgets", 1)[1]
     assert f"| {DEFAULT_BUDGET} (default) | 44.0 | 0.8800" in section

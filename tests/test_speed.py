@@ -208,7 +208,7 @@ def test_acm_triton_path_under_forced_learners(monkeypatch):
 
     if not triton_available():
         pytest.skip("Triton needs a GPU or TRITON_INTERPRET=1")
-    from bench.kernels.acm_triton import acm_triton
+    from bench.kernels.acm_ops import acm_triton
 
     forcer, model, backbone = _forcer("acm")
     gen = torch.Generator().manual_seed(2)

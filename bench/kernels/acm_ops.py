@@ -22,13 +22,16 @@ masked or ``acm_naive`` paths).  Weights of ``acm_triton`` are [K, N] operands (
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 from torch import Tensor
 from torch.utils.flop_counter import register_flop_formula
 
 from bench.kernels.acm_torch import acm_sorted
+
+if TYPE_CHECKING:
+    from bench.kernels.acm_triton import ACMWeights
 
 
 @torch.library.custom_op("bench::acm_triton", mutates_args=())
@@ -70,3 +73,20 @@ def _acm_triton_flop(x, k, w_up, b1, w_down, width, activation, gather_x, out_va
 @register_flop_formula(torch.ops.bench.acm_sorted, get_raw=True)
 def _acm_sorted_flop(x, k, w1, b1, w2, width, activation, out_val=None, **kwargs) -> int:
     return 2 * executed_macs(k, width, x.shape[1], w1.shape[0] // width)
+
+
+# --- the Triton path's entry points (the operator above, on nn.Linear weights or prepared ones) ---------
+def acm_triton(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, width: int,
+               activation: str = "gelu") -> Tensor:
+    """ACM forward with the Triton kernels (CUDA tensors, or CPU tensors under TRITON_INTERPRET=1), through
+    the ``bench::acm_triton`` operator (counted by the MAC counter, opaque to torch.compile).
+
+    Same signature as the PyTorch paths (nn.Linear weights: w1 [N·w, d], w2 [d, N·w]; passed as
+    transposed views, no copy).  ``k`` is clamped to [0, N] on device (no validation: a host sync)."""
+    return acm_triton_op(x, k, w1.t(), b1, w2.t(), width, activation, True)
+
+
+def acm_triton_prepared(x: Tensor, k: Tensor, weights: ACMWeights, width: int, activation: str = "gelu",
+                        gather_x: bool = True) -> Tensor:
+    """ACM forward on weights laid out once by :func:`prepare_weights` (through the operator)."""
+    return acm_triton_op(x, k, weights.w_up, weights.b1, weights.w_down, width, activation, gather_x)

@@ -424,23 +424,3 @@ def acm_triton_forward(x: Tensor, k: Tensor, w_up: Tensor, b1: Tensor | None, w_
     order, counts, xs = group_tokens(k, n_learners, x if gather_x else None)
     _launch(x, order, counts, w_up, b1, w_down, width, activation, xs, y)
     return y
-
-
-def acm_triton(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, width: int,
-               activation: str = "gelu") -> Tensor:
-    """ACM forward with the Triton kernels (CUDA tensors, or CPU tensors under TRITON_INTERPRET=1), through
-    the ``bench::acm_triton`` operator (counted by the MAC counter, opaque to torch.compile).
-
-    Same signature as the PyTorch paths (nn.Linear weights: w1 [N·w, d], w2 [d, N·w]; passed as
-    transposed views, no copy).  ``k`` is clamped to [0, N] on device (no validation: a host sync)."""
-    from bench.kernels import acm_ops
-
-    return acm_ops.acm_triton_op(x, k, w1.t(), b1, w2.t(), width, activation, True)
-
-
-def acm_triton_prepared(x: Tensor, k: Tensor, weights: ACMWeights, width: int, activation: str = "gelu",
-                        gather_x: bool = True) -> Tensor:
-    """ACM forward on weights laid out once by :func:`prepare_weights` (through the operator)."""
-    from bench.kernels import acm_ops
-
-    return acm_ops.acm_triton_op(x, k, weights.w_up, weights.b1, weights.w_down, width, activation, gather_x)

@@ -222,7 +222,7 @@ def _acm_fn(name: str, prepared=None, gather: str = "once"):
     from bench.kernels import acm_torch
 
     if name == "acm_triton":
-        from bench.kernels.acm_triton import acm_triton, acm_triton_prepared
+        from bench.kernels.acm_ops import acm_triton, acm_triton_prepared
 
         if prepared is None:
             return acm_triton

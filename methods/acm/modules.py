@@ -123,7 +123,7 @@ def real_kernel(device: torch.device, differentiable: bool = False):
     if differentiable:
         return acm_naive
     if device.type == "cuda":
-        from bench.kernels.acm_triton import acm_triton
+        from bench.kernels.acm_ops import acm_triton
 
         return acm_triton
     return acm_cpu
