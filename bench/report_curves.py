@@ -10,8 +10,8 @@ curve), and writes ``reports/curves.md`` (and ``.html``) and one figure per task
 What the page answers, per task and dataset (rows that differ in anything but ``train_steps`` are
 separate curves):
 
-* quality against base steps: the seed mean with its bootstrap 95% CI over test examples (``bench.stats``,
-  paired: every row of a curve is resampled with the same examples);
+* quality against base steps: the seed mean with its two-level bootstrap 95% CI (seeds, then test
+  examples; ``bench.stats``, paired: every row of a curve is resampled with the same examples);
 * the gain from more steps: from each N to 2N when both were run (the doublings the target judges), and
   between consecutive step counts otherwise: Δ = quality(larger) − quality(smaller), the metric's
   direction applied, with its paired 95% CI;
@@ -640,8 +640,9 @@ def write(results_dir: Path | str, reports_dir: Path | str,
              "imagenet.train_steps=37520 results_dir=results/curves timing=false threads=2`. Method rows under "
              f"`{results_dir}/{CURVES_DIR}/` (other `<task>.method_steps`) are the method-budget curves at the "
              "end of the page.", "",
-             f"Uncertainty: bootstrap over test examples ({stats.N_RESAMPLES} resamples, percentile, paired "
-             "within a curve; `scipy.stats.bootstrap`) of the seed mean; it covers the test set, not the seed. "
+             f"Uncertainty: two-level bootstrap of the seed mean ({stats.N_RESAMPLES} resamples, percentile, "
+             "paired within a curve; `scipy.stats.bootstrap`): the seeds, then the test examples; with fewer than "
+             f"{stats.MIN_SEEDS} seeds it covers the test set only (docs/measurement.md, \"Statistics\"). "
              "A target is **met** when the whole 95% CI is on its side, **missed** when the whole CI is on the "
              "other side, **inconclusive** otherwise. Training minutes: the row's `train_time_s`, the wall "
              "clock the run that trained the base recorded in its checkpoint. A seed trained more than once (e.g. "
