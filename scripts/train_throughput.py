@@ -1,0 +1,164 @@
+"""Training throughput: optimizer steps/s and samples/s of each offline default's dense base model and of
+every method's training stages, at the thread counts asked for, from the trainer's own clock.
+
+    .venv/bin/python scripts/train_throughput.py --task imagenet --threads 1,2
+    .venv/bin/python scripts/train_throughput.py --task parity --methods act,dense --steps 100,400
+
+Each (task, method, threads) trains the method's plan twice in a fresh temporary cache, every stage (the
+dense base included, when the method starts from it) given N1 and then N2 steps (``--steps``).  A stage's
+rate is (N2 − N1) / (t2 − t1), t being the trainer time its checkpoint records (data, forward, backward and
+optimizer; no evaluation), so start-up, compilation and warm-up cancel.  Nothing is evaluated or timed
+against dense, and ``.cache`` and ``results/<task>`` are untouched.
+
+Rows go to ``results/throughput/<run_id>.csv`` (one per stage and thread count) with the 1-minute load
+average before and after, the CPU count and model, and whether the tree was clean; ``reports/throughput.md``
+is drawn from every row there.  A stage timed while the load exceeded the CPU count is marked loaded: compare
+only quiet rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DIR = "throughput"
+COLUMNS = ["run_id", "task", "method", "stage", "threads", "batch", "steps_timed", "seconds", "steps_per_s",
+           "samples_per_s", "load_before", "load_after", "cpus", "device_name", "git_sha", "git_dirty",
+           "command", "timestamp"]
+
+
+def stage_times(task: str, method: str, threads: int, steps: int) -> dict[str, tuple[int, float, int]]:
+    """Train ``method`` on ``task`` with every stage at ``steps`` steps in a temporary cache; stage label ->
+    (steps, trainer seconds, batch size), the dense base as ``dense:base``."""
+    import torch
+
+    from bench import checkpoints, config, protocol, runner
+
+    torch.set_num_threads(threads)
+    with tempfile.TemporaryDirectory(prefix="bench-throughput-") as cache:
+        cfg = config.compose([f"method={method}", f"task={task}", f"cache_dir={cache}", f"threads={threads}",
+                              f"{task}.train_steps={steps}", "shipped=false"])
+        config.check_config(cfg, method, task)
+        run, task_impl, method_impl = runner.build(cfg, method, task)
+        allocate = protocol.allocate
+        protocol.allocate = lambda stages, budget: [0 if s.skip else steps for s in stages]
+        try:
+            protocol.train(method_impl)
+        finally:
+            protocol.allocate = allocate
+        plan, out = method_impl.training_plan, {}
+        batch = plan.batch_size
+        if plan.starts_from == "base" or not plan.stages:
+            base = run.stage_path("dense", protocol.base_stage_name(), run.base_key(task_impl))
+            state = checkpoints.read(base, checkpoints.FINAL_KEYS)
+            if state is not None:
+                out["dense:base"] = (int(state["steps"]), float(state["time_s"]), batch)
+        for planned in plan.stages:
+            if planned.steps:
+                state = checkpoints.read(run.stage_path(method, planned.stage.name, planned.key),
+                                         checkpoints.FINAL_KEYS)
+                out[f"{method}:{planned.stage.name}"] = (int(state["steps"]), float(state["time_s"]), batch)
+    return out
+
+
+def measure(task: str, method: str, threads: int, n1: int, n2: int) -> list[dict]:
+    """One row per stage: its rate between the two trainings."""
+    from bench import provenance
+
+    load_before = os.getloadavg()[0]
+    short, long = stage_times(task, method, threads, n1), stage_times(task, method, threads, n2)
+    load_after = os.getloadavg()[0]
+    rows = []
+    for stage, (steps2, t2, batch) in long.items():
+        steps1, t1, _ = short.get(stage, (0, 0.0, batch))
+        rate = (steps2 - steps1) / (t2 - t1) if t2 > t1 else float("nan")
+        rows.append({"task": task, "method": method, "stage": stage, "threads": threads, "batch": batch,
+                     "steps_timed": steps2 - steps1, "seconds": round(t2 - t1, 4), "steps_per_s": round(rate, 3),
+                     "samples_per_s": round(rate * batch, 1), "load_before": load_before, "load_after": load_after,
+                     "cpus": os.cpu_count() or 0, "device_name": provenance.device_name("cpu")})
+    return rows
+
+
+def methods_of(task: str) -> list[str]:
+    """The methods that run on ``task`` at its defaults, the dense base first."""
+    from bench import registry
+
+    spec = registry.task_spec(task)
+    names = [m.name for m in registry.methods().values() if not registry.support_reason(m, spec)]
+    return ["dense"] + [n for n in names if n != "dense"]
+
+
+def write_page(results_dir: Path, reports_dir: Path) -> Path:
+    """reports/throughput.md from every row under results/throughput (the latest run of each stage)."""
+    import pandas as pd
+
+    from bench import results
+    from bench.report_views import markdown_table, md_escape, write_page as write
+
+    files = sorted((results_dir / DIR).glob("*.csv"))
+    frame = pd.concat([pd.read_csv(f) for f in files]).sort_values("timestamp")
+    frame = frame.drop_duplicates(["task", "method", "stage", "threads"], keep="last")
+    frame["load"] = ["loaded" if b > c or a > c else "quiet"
+                     for b, a, c in zip(frame["load_before"], frame["load_after"], frame["cpus"])]
+    table = [[r.task, r.stage, str(r.threads), str(r.batch), f"{r.steps_per_s:.1f}", f"{r.samples_per_s:.0f}",
+              f"{r.load} ({r.load_before:.2f} → {r.load_after:.2f} on {r.cpus} CPUs)",
+              str(r.git_sha)[:7] + ("*" if str(r.git_dirty) == "True" else ""), md_escape(r.device_name)]
+             for r in frame.sort_values(["task", "method", "stage", "threads"]).itertuples()]
+    text = "\n".join([
+        "# Training throughput", "",
+        f"Generated by `scripts/train_throughput.py` from the rows under `{results_dir}/{DIR}/` (the latest run of "
+        "each stage and thread count). Steps/s: optimizer steps per second of the trainer's own time (data, forward, "
+        "backward, optimizer), from two trainings of N1 and N2 steps per stage; samples/s = steps/s x batch. A row "
+        "timed while the 1-minute load average exceeded the CPU count is marked loaded: compare quiet rows only. "
+        "\\* after a commit: the tree was not clean.", "",
+        markdown_table(["task", "stage", "threads", "batch", "steps/s", "samples/s", "load", "commit", "CPU"], table),
+    ]) + "\n"
+    return Path(write(reports_dir, "throughput", text, "Training throughput")[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", action="append", required=True, help="task (repeatable)")
+    parser.add_argument("--methods", default="", help="comma-separated methods (default: every one the task runs)")
+    parser.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    parser.add_argument("--steps", default="50,250", help="N1,N2 steps per stage (default 50,250)")
+    parser.add_argument("--results-dir", default="results")
+    parser.add_argument("--reports-dir", default="reports")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("BENCH_QUIET", "1")
+    import pandas as pd
+
+    from bench import provenance, results
+
+    n1, n2 = (int(v) for v in args.steps.split(","))
+    sha, dirty = provenance.git_sha(), provenance.git_dirty()
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = Path(args.results_dir) / DIR
+    for task in args.task:
+        for method in (args.methods.split(",") if args.methods else methods_of(task)):
+            for threads in (int(t) for t in args.threads.split(",")):
+                rows = measure(task, method, threads, n1, n2)
+                run_id = f"{stamp}-{task}-{method}-t{threads}"
+                frame = pd.DataFrame([{**r, "run_id": run_id, "git_sha": sha, "git_dirty": dirty,
+                                       "command": "python scripts/train_throughput.py " + " ".join(argv or sys.argv[1:]),
+                                       "timestamp": provenance.timestamp()} for r in rows], columns=COLUMNS)
+                out.mkdir(parents=True, exist_ok=True)
+                results.atomic_write_text(out / f"{run_id}.csv", frame.to_csv(index=False))
+                for r in rows:
+                    print(f"{task} {r['stage']} threads={threads}: {r['steps_per_s']:.1f} steps/s, "
+                          f"{r['samples_per_s']:.0f} samples/s (load {r['load_before']:.2f} → {r['load_after']:.2f})",
+                          flush=True)
+    print(write_page(Path(args.results_dir), Path(args.reports_dir)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
