@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench import (registry, report_claims, report_curves, report_method_budget, report_plots, report_speed,
-                   report_static, report_status, results)
+                   report_static, report_status, report_throughput, results)
 from bench.report_views import *  # noqa: F401,F403  (the library, re-exported)
 from bench.report_views import (TaskView, _distinct_parts, _header, _section_notes,  # noqa: F401
                                 attach_uncertainty, dataset_tag, latest_rows, markdown_table, md_escape,
@@ -201,6 +201,7 @@ def write_all(results_dir: str, reports_dir: str, echo=print) -> list[str]:
     kernel_paths += report_speed.write(Path(results_dir), Path(reports_dir))  # bench speed (results/speed)
     budget = report_method_budget.section(Path(results_dir), Path(reports_dir))  # method-budget curves
     kernel_paths += report_curves.write(Path(results_dir), Path(reports_dir), budget)  # dense learning curves
+    kernel_paths += report_throughput.write(Path(results_dir), Path(reports_dir))  # scripts/train_throughput.py
     if frame.empty:
         if kernel_paths:
             return kernel_paths
