@@ -109,6 +109,10 @@ PLAN: dict[str, list[Point]] = {
         _p("parity", "method=adatape", *SEQ, "adatape.max_tape=8", "adatape.tau=4", "adatape.eval_caps=[2,4,6]"),
         # the control: the paper's single input token without a tape (nothing of the input reaches the model)
         _p("parity", "method=adatape", *SEQ, "adatape.input=none", "adatape.max_tape=8", "adatape.tau=4"),
+        # the papers' recipes of the claims' points (recipe=paper: what the claims read)
+        *[_p("parity", "method=act", f"act.tau={t}", "recipe=paper") for t in ("1e-3", "1e-4")],
+        *[_p("parity", "method=adatape", *SEQ, f"adatape.max_tape={m}", f"adatape.tau={t}", "recipe=paper")
+          for m, t in ((2, 1), (4, 2), (8, 8), (8, 4))],
     ],
     "iwslt": [
         _p("iwslt", "method=dense", *IWSLT),
