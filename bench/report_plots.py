@@ -5,8 +5,8 @@ The dense base model is drawn as dashed cross-hairs, static methods as markers, 
 at their seed-mean points joined by a line along the curve's own frontier only (a method with two budget
 sets, such as CCT's (p, p) and (1, p), never zigzags between them; points off its frontier stay unjoined),
 labelled with knob values placed so that no two labels overlap (a label that finds no free place is left
-out and counted in the figure).  Error bars: the bootstrap 95% CI of the seed mean over test examples
-(bench.stats); small horizontal ticks: the seeds' min and max.  Points on the task's overall Pareto front
+out and counted in the figure).  Error bars: the two-level bootstrap 95% CI of the seed mean (seeds, then test examples;
+bench.stats); small horizontal ticks: the seeds' min and max.  Points on the task's overall Pareto front
 are ringed in black (dotted: on it by the seed means, but in fewer than 95% of the resamples).  A method has the same colour in every figure.
 """
 
@@ -154,7 +154,7 @@ def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "",
         ax.secondary_xaxis("top", functions=(to_pct, from_pct)).set_xlabel(percent_axis_label(view))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(f"{view.metric} {arrow}")
-    subtitle = "points: seed means; error bars: 95% bootstrap CI over test examples; ticks: seed min/max"
+    subtitle = "points: seed means; error bars: 95% two-level bootstrap CI (seeds, test examples); ticks: seed min/max"
     ax.set_title(f"{view.task} — {view.dataset}\n({subtitle})", fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
