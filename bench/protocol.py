@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 import torch
 from torch import Tensor, nn
 
-from bench import artifacts
+from bench import artifacts, registry
 from bench.api import Batch
 from bench.errors import UserError
 from bench.recipes import Recipe
@@ -210,8 +210,6 @@ def chain(parent: dict[str, Any], stage: Stage, steps: int, offset: int, batch_s
 
 def paper_recipe(method: "Method") -> Recipe:
     """The method's paper recipe, or one line saying that it declares none."""
-    from bench import registry
-
     task = registry.task_spec(method.run.task_name)
     recipe = registry.method_spec(method.run.method).paper_recipe(task.backbones(method.task.cfg),
                                                                    int(method.task.base_budget()["steps"]))

@@ -16,9 +16,9 @@ from pathlib import Path
 from bench import (registry, report_claims, report_curves, report_method_budget, report_plots, report_speed,
                    report_static, report_status, report_throughput, results)
 from bench.report_views import *  # noqa: F401,F403  (the library, re-exported)
-from bench.report_views import (TaskView, _distinct_parts, _header, _section_notes,  # noqa: F401
-                                attach_uncertainty, dataset_tag, latest_rows, markdown_table, md_escape,
-                                points_table, rows_table, summary_table, task_views, timing_view, write_page)
+from bench.report_views import (TaskView, _header, _section_notes, attach_uncertainty, dataset_tag, latest_rows,
+                                markdown_table, md_escape, points_table, rows_table, summary_table, task_views,
+                                timing_view, write_page)
 
 
 def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[str, list[str]],

@@ -171,18 +171,17 @@ class CheckResult:
         line (holds under "all", does not hold under "any") takes the largest (an intersection-union test);
         one that a single line settles takes the smallest times the number of lines (Bonferroni); an
         inconclusive check takes its deciding line's.  NaN when nothing was tested."""
-        values = [it.test.p for it in self.items if math.isfinite(it.test.p)]
-        if not values or self.verdict == UNTESTED:
+        if self.verdict == UNTESTED:
             return math.nan
-        every = (self.verdict == HOLDS) == (self.quantifier == "all")
         if self.verdict == UNSURE:
             line = self.deciding_item()
             return line.test.p if line is not None else math.nan
-        if every:
-            return max(it.test.p for it in self.items if it.verdict == self.verdict and math.isfinite(it.test.p)) \
-                if any(it.verdict == self.verdict and math.isfinite(it.test.p) for it in self.items) else math.nan
         deciding = [it.test.p for it in self.items if it.verdict == self.verdict and math.isfinite(it.test.p)]
-        return min(1.0, min(deciding) * len(self.items)) if deciding else math.nan
+        if not deciding:
+            return math.nan
+        if (self.verdict == HOLDS) == (self.quantifier == "all"):  # the verdict needs every line
+            return max(deciding)
+        return min(1.0, min(deciding) * len(self.items))
 
     def deciding_item(self) -> Item | None:
         """The line that settles the check's verdict: among the lines with that verdict, the weakest one for
@@ -668,6 +667,7 @@ def _increases(view: TaskView, check: Increases, recipe: str | None = None) -> C
 
 
 def claim_selects(claim: Claim) -> list[Select]:
+    """Every selection of a claim's checks (a comparison has two)."""
     return [sel for check in claim.checks
             for sel in ((check.a, check.b) if isinstance(check, Beats) else (check.select,))]
 
@@ -676,8 +676,9 @@ def rows_recipe(claim: Claim, view: TaskView) -> str:
     """The recipe whose rows a claim reads: its own (the papers' recipes), or "matched" while none of its
     selections has rows of that recipe (the page says so)."""
     for sel in claim_selects(claim):
-        points = select_points(view, sel, claim.recipe) if sel.kind != "static" else view.points.iloc[:0]
-        if (points["knob_kind"] != "static").any():  # trained rows of that recipe (the static models are shared)
+        if sel.kind == "static":  # the static models are the same under every recipe
+            continue
+        if (select_points(view, sel, claim.recipe)["knob_kind"] != "static").any():  # trained rows of that recipe
             return claim.recipe
     return "matched"
 

@@ -173,11 +173,16 @@ def bootstrap_rows(metric: str, stats: dict[str, np.ndarray], n_resamples: int =
     return out
 
 
+def finite(values) -> np.ndarray:
+    """``values`` as a float array without its NaN and infinite entries."""
+    values = np.asarray(values, dtype=float)
+    return values[np.isfinite(values)]
+
+
 def interval(draws: np.ndarray) -> tuple[float, float]:
     """The 95% percentile interval of a derived quantity over the bootstrap draws (NaN draws are left
     out: e.g. quality at a budget a resample's hull does not reach)."""
-    draws = np.asarray(draws, dtype=float)
-    draws = draws[np.isfinite(draws)]
+    draws = finite(draws)
     if draws.size == 0:
         return math.nan, math.nan
     alpha = (1 - CONFIDENCE) / 2
@@ -214,9 +219,6 @@ def sacrebleu_paired_test(baseline: tuple[list[str], list[str]], system: tuple[l
             "system_mean": float(sys.mean), "system_ci": float(sys.ci)}
 
 
-# ---------------------------------------------------------------------------------------------
-# Every row of a report section
-# ---------------------------------------------------------------------------------------------
 # ---------------------------------------------------------------------------------------------
 # Two levels: training seeds, then test examples within each seed
 # ---------------------------------------------------------------------------------------------
@@ -255,8 +257,7 @@ def p_value(draws: np.ndarray, need: float) -> float:
     """Two-sided bootstrap p-value of "the quantity equals ``need``": twice the smaller share of the draws
     on either side of it, counted as (k + 1) / (B + 1) so that it is never 0; NaN without finite draws.
     A 95% percentile interval excludes ``need`` exactly when this is below 0.05 (up to that +1)."""
-    draws = np.asarray(draws, dtype=float)
-    draws = draws[np.isfinite(draws)]
+    draws = finite(draws)
     if draws.size == 0:
         return math.nan
     tail = min(int((draws <= need).sum()), int((draws >= need).sum()))
@@ -269,8 +270,7 @@ def min_detectable_effect(draws: np.ndarray, alpha: float = 1 - CONFIDENCE, powe
     factor from ``statsmodels.stats.power.NormalIndPower`` (one sample: ``ratio=0``, ``nobs1=1``)."""
     from statsmodels.stats.power import NormalIndPower
 
-    draws = np.asarray(draws, dtype=float)
-    draws = draws[np.isfinite(draws)]
+    draws = finite(draws)
     if draws.size < 2:
         return math.nan
     factor = NormalIndPower().solve_power(effect_size=None, nobs1=1, alpha=alpha, power=power, ratio=0.0,
@@ -284,8 +284,7 @@ def seed_level_mde(values, alpha: float = 1 - CONFIDENCE, power: float = POWER) 
     deviation; NaN with fewer than :data:`MIN_SEEDS` seeds."""
     from statsmodels.stats.power import TTestPower
 
-    values = np.asarray(values, dtype=float)
-    values = values[np.isfinite(values)]
+    values = finite(values)
     if values.size < MIN_SEEDS:
         return math.nan
     effect = TTestPower().solve_power(effect_size=None, nobs=values.size, alpha=alpha, power=power,
@@ -298,8 +297,7 @@ def seed_level_p(values, need: float) -> float:
     seeds as the unit); NaN with fewer than :data:`MIN_SEEDS` seeds."""
     from scipy.stats import ttest_1samp
 
-    values = np.asarray(values, dtype=float)
-    values = values[np.isfinite(values)]
+    values = finite(values)
     if values.size < MIN_SEEDS:
         return math.nan
     if np.all(values == values[0]):
@@ -321,6 +319,9 @@ def holm(p_values: list[float], alpha: float = 1 - CONFIDENCE) -> tuple[list[boo
     return reject, adjusted
 
 
+# ---------------------------------------------------------------------------------------------
+# Every row of a report section
+# ---------------------------------------------------------------------------------------------
 @dataclass
 class Uncertainty:
     """Bootstrap draws for the rows of one report section, keyed by row key; rows without draws have a
@@ -435,8 +436,7 @@ def mean_interval(values) -> tuple[float, float]:
     """95% t-interval of a mean over test examples (``scipy.stats.t``; NaN for fewer than two values)."""
     from scipy import stats
 
-    values = np.asarray(values, dtype=float)
-    values = values[np.isfinite(values)]
+    values = finite(values)
     if len(values) < 2:
         return float("nan"), float("nan")
     sem = stats.sem(values)

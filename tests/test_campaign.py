@@ -355,7 +355,7 @@ def test_every_claim_reads_only_points_the_campaign_runs_on_three_seeds():
     :data:`ONE_SEED` point (seed 0 only): a claim changed to read such a point must move it out of
     ``ONE_SEED``, or its verdict would rest on one seed for good.  A selection may be empty only while its
     method's rows all predate today's version of the method (:func:`_awaits_rerun`)."""
-    from bench import claims, report, report_claims, results
+    from bench import report, report_claims, results
 
     campaign = _campaign()
     planned = {campaign.point_id(point) for points in campaign.PLAN.values() for point in points}
@@ -365,15 +365,14 @@ def test_every_claim_reads_only_points_the_campaign_runs_on_three_seeds():
     for claim in report_claims.registered_claims():
         view = report_claims.find_view(claim, views)
         assert view is not None, f"claim {claim.id}: no committed rows of task {claim.task}"
-        for check in claim.checks:
-            for select in (check.a, check.b) if isinstance(check, claims.Beats) else (check.select,):
-                keys = {key for point in report_claims.select_points(view, select)["keys"] for key in point}
-                if not keys and _awaits_rerun(view.rows, select.method):
-                    continue
-                assert keys, f"claim {claim.id}: {select} selects no committed point"
-                for line in view.rows.loc[view.rows["row_key"].isin(keys), "command"]:
-                    point, seed = campaign.row_point(line)
-                    assert seed.startswith("seed=") and point in planned, f"claim {claim.id} reads {line!r}"
-                    assert point not in one_seed, f"claim {claim.id} reads the ONE_SEED point {point!r}"
-                    read += 1
+        for select in report_claims.claim_selects(claim):
+            keys = {key for point in report_claims.select_points(view, select)["keys"] for key in point}
+            if not keys and _awaits_rerun(view.rows, select.method):
+                continue
+            assert keys, f"claim {claim.id}: {select} selects no committed point"
+            for line in view.rows.loc[view.rows["row_key"].isin(keys), "command"]:
+                point, seed = campaign.row_point(line)
+                assert seed.startswith("seed=") and point in planned, f"claim {claim.id} reads {line!r}"
+                assert point not in one_seed, f"claim {claim.id} reads the ONE_SEED point {point!r}"
+                read += 1
     assert read

@@ -230,7 +230,7 @@ def test_latest_rows_keeps_latest_timestamp():
 
 
 def test_curve_labels_keep_only_differing_variant_parts():
-    from bench.report import _distinct_parts
+    from bench.report_views import _distinct_parts
 
     short = _distinct_parts(["N=4;alpha=0.1;T=0.8", "N=4;alpha=1;T=0.8"])
     assert short == {"N=4;alpha=0.1;T=0.8": "alpha=0.1", "N=4;alpha=1;T=0.8": "alpha=1"}
