@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.report_views import markdown_table, md_escape, write_page
+from bench.report_views import dataset_tag, markdown_table, md_escape, write_page
 
 DIR = "throughput"
 
@@ -30,7 +30,11 @@ def write(results_dir: Path, reports_dir: Path) -> list[str]:
         low, high, n = spread.loc[(r.task, r.stage, r.threads)]
         return f"{r.steps_per_s:.1f}" + (f" ({low:.1f}–{high:.1f} over {int(n)} runs)" if n > 1 else "")
 
-    table = [[r.task, r.stage, str(r.threads), str(r.batch), rate(r), f"{r.samples_per_s:.0f}",
+    def task(r) -> str:  # rows before the dataset column name the task alone
+        dataset = getattr(r, "dataset", None)
+        return f"{r.task} ({dataset_tag(dataset)})" if isinstance(dataset, str) and dataset else r.task
+
+    table = [[task(r), r.stage, str(r.threads), str(r.batch), rate(r), f"{r.samples_per_s:.0f}",
               f"{r.load} ({r.load_before:.2f} → {r.load_after:.2f} on {r.cpus} CPUs)",
               str(r.git_sha)[:7] + ("*" if str(r.git_dirty) == "True" else ""), md_escape(r.device_name)]
              for r in frame.assign(_other=frame["stage"] != "dense:base")
@@ -43,6 +47,7 @@ def write(results_dir: Path, reports_dir: Path) -> list[str]:
         "several runs, as the dense base is in every method's, shows their range); samples/s = steps/s x batch. A row "
         "timed while the 1-minute load average exceeded the CPU count is marked loaded: compare quiet rows only. "
         "\\* after a commit: the tree was not clean.", "",
-        markdown_table(["task", "stage", "threads", "batch", "steps/s", "samples/s", "load", "commit", "CPU"], table),
+        markdown_table(["task (dataset)", "stage", "threads", "batch", "steps/s", "samples/s", "load", "commit",
+                        "CPU"], table),
     ]) + "\n"
     return write_page(reports_dir, "throughput", text, "Training throughput")

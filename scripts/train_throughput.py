@@ -12,8 +12,8 @@ against dense, and ``.cache`` and ``results/<task>`` are untouched.
 
 Rows go to ``results/throughput/<run_id>.csv`` (one per stage and thread count) with the 1-minute load
 average before and after, the CPU count and model, and whether the tree was clean; ``reports/throughput.md``
-is drawn from every row there (here, and by ``bench report``).  A stage timed while the load exceeded the CPU count is marked loaded: compare
-only quiet rows.
+is drawn from every row there (here, and by ``bench report``).  A stage timed while the load exceeded the CPU
+count is marked loaded: compare only quiet rows.
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 DIR = "throughput"  # results/<DIR>: bench/report_throughput.py reads the rows there
-COLUMNS = ["run_id", "task", "method", "stage", "threads", "batch", "steps_timed", "seconds", "steps_per_s",
+COLUMNS = ["run_id", "task", "dataset", "method", "stage", "threads", "batch", "steps_timed", "seconds", "steps_per_s",
            "samples_per_s", "load_before", "load_after", "cpus", "device_name", "git_sha", "git_dirty",
            "command", "timestamp"]
 
 
-def stage_times(task: str, method: str, threads: int, steps: int) -> dict[str, tuple[int, float, int]]:
-    """Train ``method`` on ``task`` with every stage at ``steps`` steps in a temporary cache; stage label ->
-    (steps, trainer seconds, batch size), the dense base as ``dense:base``."""
+def stage_times(task: str, method: str, threads: int, steps: int) -> tuple[str, dict[str, tuple[int, float, int]]]:
+    """Train ``method`` on ``task`` with every stage at ``steps`` steps in a temporary cache: the task's dataset
+    and, per stage label, (steps, trainer seconds, batch size), the dense base as ``dense:base``."""
     import torch
 
     from bench import checkpoints, config, protocol, runner
@@ -66,7 +66,7 @@ def stage_times(task: str, method: str, threads: int, steps: int) -> dict[str, t
                 state = checkpoints.read(run.stage_path(method, planned.stage.name, planned.key),
                                          checkpoints.FINAL_KEYS)
                 out[f"{method}:{planned.stage.name}"] = (int(state["steps"]), float(state["time_s"]), batch)
-    return out
+        return task_impl.dataset, out
 
 
 def measure(task: str, method: str, threads: int, n1: int, n2: int) -> list[dict]:
@@ -74,13 +74,14 @@ def measure(task: str, method: str, threads: int, n1: int, n2: int) -> list[dict
     from bench import provenance
 
     load_before = os.getloadavg()[0]
-    short, long = stage_times(task, method, threads, n1), stage_times(task, method, threads, n2)
+    (_, short), (dataset, long) = stage_times(task, method, threads, n1), stage_times(task, method, threads, n2)
     load_after = os.getloadavg()[0]
     rows = []
     for stage, (steps2, t2, batch) in long.items():
         steps1, t1, _ = short.get(stage, (0, 0.0, batch))
         rate = (steps2 - steps1) / (t2 - t1) if t2 > t1 else float("nan")
-        rows.append({"task": task, "method": method, "stage": stage, "threads": threads, "batch": batch,
+        rows.append({"task": task, "dataset": dataset, "method": method, "stage": stage, "threads": threads,
+                     "batch": batch,
                      "steps_timed": steps2 - steps1, "seconds": round(t2 - t1, 4), "steps_per_s": round(rate, 3),
                      "samples_per_s": round(rate * batch, 1), "load_before": load_before, "load_after": load_after,
                      "cpus": os.cpu_count() or 0, "device_name": provenance.device_name("cpu")})
@@ -120,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows = measure(task, method, threads, n1, n2)
                 run_id = f"{stamp}-{task}-{method}-t{threads}"
                 frame = pd.DataFrame([{**r, "run_id": run_id, "git_sha": sha, "git_dirty": dirty,
-                                       "command": "python scripts/train_throughput.py " + " ".join(argv or sys.argv[1:]),
+                                       "command": "python scripts/train_throughput.py "
+                                       + " ".join(argv or sys.argv[1:]),
                                        "timestamp": provenance.timestamp()} for r in rows], columns=COLUMNS)
                 out.mkdir(parents=True, exist_ok=True)
                 results.atomic_write_text(out / f"{run_id}.csv", frame.to_csv(index=False))

@@ -20,4 +20,6 @@ def test_rates_per_stage_rows_and_page(tmp_path):
     assert list(rows["samples_per_s"]) == pytest.approx(list(rows["steps_per_s"] * rows["batch"]), rel=1e-3)
     assert rows["cpus"].gt(0).all() and rows["load_before"].notna().all() and rows["git_sha"].notna().all()
     page = (reports_dir / "throughput.md").read_text()
-    assert "| parity | act:tau0.001 | 1 | 128 |" in page and ("quiet (" in page or "loaded (" in page)
+    assert (rows["dataset"].str.startswith("parity-vector n=32")).all()  # the data each stage trained on
+    assert "| parity (parity-vector n=32) | act:tau0.001 | 1 | 128 |" in page
+    assert "quiet (" in page or "loaded (" in page
