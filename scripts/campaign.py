@@ -5,6 +5,7 @@ one training at a time (the machine has 2 cores).
     python scripts/campaign.py --status               # per task and seed: commands with rows, time left
     nohup python scripts/campaign.py --until 06:50 > campaign.log 2>&1 &
     python scripts/campaign.py --until 06:50 --fill   # skip what does not fit, run what does
+    python scripts/campaign.py --jobs 2 --match recipe=paper --seeds 0   # two one-thread trainings at once
 
 The campaign is resumable: a command whose rows all exist is skipped (:func:`has_rows`, the test ``bench
 run`` applies) and an interrupted training resumes from its checkpoint, so running the script again
@@ -18,7 +19,12 @@ a session's machine does not outlive the session, so a training cut off at its e
 all.  The plan's order is kept: the campaign stops at the first command that does not fit; with ``--fill`` it
 skips that command instead and runs the later ones that fit (not one with no recorded time), leaving out
 the commands that load a skipped dense base (:func:`starts_from_base`: their seed's methods and timed
-static sizes).  ``--seeds`` and ``--task`` restrict it.
+static sizes).  ``--seeds`` and ``--task`` restrict it, and so does ``--match`` (the commands containing a text, with the
+dense bases they load).  ``--jobs N`` runs N commands at once, each on its share of the CPUs (on 2 cores,
+two one-thread trainings make about 2.2x the optimizer steps of one two-thread training: results/throughput):
+dense bases first, a method only once its seed's base is trained here (one command of a (task, seed) trains
+a missing base while the others wait), and a command that would not end by ``--until`` skipped.  Their
+timings are taken beside another training, so not quietly: rows record the load, and pages mark them.
 
 Order: first the learning-curve points that settle the defaults (:data:`CALIBRATION`); then every seed of
 the cheap :data:`TASK_MAJOR` tasks (parity); then the other tasks whose defaults are settled
@@ -35,7 +41,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -75,6 +83,14 @@ SEQ = ("parity.variant=sequence", "parity.n=16", "parity.train_steps=2000")
 CONTROL = _p("imagenet", "method=dense", f"imagenet.train_steps={EQUAL_BUDGET}", "results_dir=results/curves",
              "timing=false")
 
+PAPER_IMAGENET = [
+    _p("imagenet", "method=acm", "acm.beta_target=0.4", "recipe=paper"),
+    _p("imagenet", "method=moefication", "recipe=paper"),
+    _p("imagenet", "method=early_exit", "recipe=paper"),
+    _p("imagenet", "method=avit", "avit.sweep=target", "avit.target=6", "avit.ponder_weight=5e-4",
+       "avit.distr_weight=1.0", "avit.eval_epsilons=[0.1,0.3]", "recipe=paper"),
+]
+
 PLAN: dict[str, list[Point]] = {
     "imagenet": [
         _p("imagenet", "method=dense"),
@@ -91,6 +107,10 @@ PLAN: dict[str, list[Point]] = {
              "avit.distr_weight=1.0", "avit.eval_epsilons=[0.1,0.3]") for t in (4, 6, 8, 10)],
         _p("imagenet", "method=cct"),
         _p("imagenet", "method=adatape", "adatape.max_tape=8", "adatape.tau=4", "adatape.eval_caps=[2,4,6]"),
+        # the papers' recipes of the claims' points (recipe=paper: what the claims read): ACM at the budget
+        # nearest half the dense cost, and its three comparators (MoEfication and early exit train once for
+        # every k or threshold; A-ViT on the ACM code's target-depth protocol, the middle depth)
+        *PAPER_IMAGENET,
         # static sizes after the methods (module docstring)
         _p("imagenet", "method=dense", "dense.width=0.5", "dense.depth=0.5"),
         _p("imagenet", "method=dense", "dense.width=0.5"),
@@ -125,6 +145,10 @@ PLAN: dict[str, list[Point]] = {
         _p("iwslt", "method=dat", *IWSLT, "dat.exit_budgets=[1.25,1.75,2.5]", "dat.fixed_exits=[]"),
         _p("iwslt", "method=cct", *IWSLT),
         _p("iwslt", "method=cct", *IWSLT, "cct.pairs=decoder"),
+        # the papers' recipes (recipe=paper): both train from scratch, each trained model evaluated at every
+        # budget or threshold
+        _p("iwslt", "method=cct", *IWSLT, "recipe=paper"),
+        _p("iwslt", "method=dat", *IWSLT, "recipe=paper"),
         *[_p("iwslt", "method=acm", *IWSLT, "acm.alpha_b=1.0", f"acm.beta_target={b}") for b in (0.25, 0.4, 0.6, 0.75)],
         _p("iwslt", "method=moefication", *IWSLT),
         _p("iwslt", "method=acm", *IWSLT, "acm.beta_target=0.6"),  # the paper's loss weights
@@ -137,6 +161,10 @@ PLAN: dict[str, list[Point]] = {
         *[_p("commonvoice", "method=acm", "acm.modules=mlp", "acm.alpha_b=1.0", f"acm.beta_target={b}")
           for b in (0.25, 0.4, 0.6, 0.75)],
         _p("commonvoice", "method=moefication"),
+        # the papers' recipes (recipe=paper): the MLP-only ACMs at the paper's loss weights (α_b = 0.1) on
+        # the speech split, and MoEfication
+        _p("commonvoice", "method=acm", "acm.modules=mlp", "acm.beta_target=0.6", "recipe=paper"),
+        _p("commonvoice", "method=moefication", "recipe=paper"),
         _p("commonvoice", "method=acm"),  # every module an ACM (the MLP-only ACMs are the claim's)
         _p("commonvoice", "method=dense", "dense.width=0.5"),
         _p("commonvoice", "method=dense", "dense.depth=0.5"),
@@ -221,10 +249,23 @@ def planned(seeds=(0, 1, 2), tasks=TASK_ORDER, settled=SETTLED) -> list[tuple[in
     return calibration + first + [item for item in rest if item not in deferred] + deferred
 
 
-def command(seed: int, point: Point) -> list[str]:
+def command(seed: int, point: Point, run: tuple[str, ...] = tuple(RUN)) -> list[str]:
+    """The ``bench run`` command line of a point at a seed; ``run`` = the run-level settings (the threads:
+    not part of a row's identity, so a command with another thread count makes the same point's rows)."""
     method = [o for o in point.overrides if o.startswith("method=")]
     rest = [o for o in point.overrides if not o.startswith("method=")]
-    return ["python", "-m", "bench", "run", *method, f"task={point.task}", *rest, *RUN, f"seed={seed}"]
+    return ["python", "-m", "bench", "run", *method, f"task={point.task}", *rest, *run, f"seed={seed}"]
+
+
+def matching(plan: list[tuple[int, Point]], needles: list[str]) -> list[tuple[int, Point]]:
+    """The commands of ``plan`` whose command line contains every one of ``needles`` (``--match``), with the
+    dense base of each (task, seed) whose kept commands load it (:func:`starts_from_base`), in plan order."""
+    if not needles:
+        return plan
+    kept = [(seed, point) for seed, point in plan if all(n in shlex.join(command(seed, point)) for n in needles)]
+    bases = {(point.task, seed) for seed, point in kept if starts_from_base(point)}
+    return [(seed, point) for seed, point in plan
+            if (seed, point) in kept or (is_base(point) and (point.task, seed) in bases)]
 
 
 def commands(seeds=(0, 1, 2), tasks=TASK_ORDER, settled=SETTLED) -> list[list[str]]:
@@ -237,7 +278,8 @@ def has_rows(seed: int, point: Point) -> bool | None:
 
     The method is built on stand-ins for the task and the run that carry only their configs: a method's knob
     values depend on its config and on the task's capabilities, which come from the task's config (building
-    the real task would load, or even synthesise, its data)."""
+    the real task would load, or even synthesise, its data).  A method whose knob values need the task's
+    model (MoEfication's expert count follows the MLP width) gets the real task."""
     from types import SimpleNamespace
 
     from bench import config, registry, runner
@@ -249,7 +291,11 @@ def has_rows(seed: int, point: Point) -> bool | None:
         task = SimpleNamespace(cfg=cfg[task_name])
         run = SimpleNamespace(cfg=cfg, task_name=task_name, seed=seed)
         method = registry.load_impl(registry.method_spec(method_name).impl)(cfg[method_name], task, run)
-        return not runner.pending_values(cfg, method, method_name, task_name)
+        try:
+            return not runner.pending_values(cfg, method, method_name, task_name)
+        except AttributeError:  # the knob values need more of the task than its config (MoEfication: its MLP
+            _, _, method = runner.build(cfg, method_name, task_name)  # width): the real task, data and all
+            return not runner.pending_values(cfg, method, method_name, task_name)
     except Exception as err:  # noqa: BLE001  (any failure: leave the verdict to bench run)
         print(f"[campaign] cannot tell whether {shlex.join(command(seed, point))} has its rows: "
               f"{type(err).__name__}: {err}", flush=True)
@@ -490,6 +536,107 @@ def status(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
         + (f"; {sum(r.unknown for r in rows)} cannot be judged" if any(r.unknown for r in rows) else "")]
 
 
+@dataclass
+class Job:
+    """A command the parallel campaign started: its place in the plan, its process and its log."""
+    index: int
+    seed: int
+    point: Point
+    process: subprocess.Popen
+    log: Path
+    start: float
+
+
+def base_trained(seed: int, task: str) -> bool:
+    """Whether the dense base of ``task`` at ``seed`` is in this machine's cache or shipped (artifacts/):
+    what a command that loads it finds, instead of training it first."""
+    from bench import artifacts, config, protocol, runner, train
+
+    cfg = config.compose(command(seed, PLAN[task][0])[4:])
+    cfg.cache_dir = str(ROOT / str(cfg.cache_dir))
+    run, built, _ = runner.build(cfg, "dense", task)
+    ckpt = run.stage_path("dense", protocol.base_stage_name(), run.base_key(built))
+    return train.is_done(ckpt) or artifacts.find(ckpt) is not None
+
+
+def _ready(item: tuple[int, int, Point], waiting: list[tuple[int, int, Point]], running: list[Job],
+           trained_bases: dict[tuple[str, int], bool]) -> bool:
+    """Whether a pending command may start: its seed's dense base (when it loads it) is neither pending nor
+    running, and, when that base is not trained here yet, no other command that loads it is running (the
+    first one trains it, and the others would wait for its lock with a CPU share idle)."""
+    _, seed, point = item
+    if not starts_from_base(point):
+        return True
+    busy = [(s, p) for _, s, p in waiting] + [(job.seed, job.point) for job in running]
+    if any(is_base(p) and p.task == point.task and s == seed for s, p in busy):
+        return False
+    if (point.task, seed) not in trained_bases:  # asked again after a command ends (:func:`run_parallel`)
+        trained_bases[(point.task, seed)] = base_trained(seed, point.task)
+    return trained_bases[(point.task, seed)] or not any(
+        job.seed == seed and job.point.task == point.task and starts_from_base(job.point) for job in running)
+
+
+def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | None, times: Path,
+                 expected: dict[str, float], log_dir: Path) -> int:
+    """Run the plan's pending commands ``jobs`` at a time, each on its share of the CPUs (``threads``, not
+    part of a row's identity), dense bases first (their seed's methods wait for them), the rest in plan order;
+    a command that would not end before ``stop`` is skipped.  Each command's output goes to its own log in
+    ``log_dir``.  Timings taken while another training runs are not quiet: the rows record the load, and the
+    report marks them."""
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    waiting = [(i, seed, point) for i, (seed, point) in enumerate(plan, 1) if not has_rows(seed, point)]
+    running: list[Job] = []
+    trained_bases: dict[tuple[str, int], bool] = {}
+    failed = 0
+    log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        while waiting or running:
+            startable = ([item for item in waiting if _ready(item, waiting, running, trained_bases)]
+                         if len(running) < jobs else [])
+            startable.sort(key=lambda item: (not is_base(item[2]), item[0]))
+            if startable:
+                i, seed, point = item = startable[0]
+                waiting.remove(item)
+                now = dt.datetime.now(dt.timezone.utc)
+                if not ends_in_time(now, stop, expected.get(point_id(point))):
+                    print(f"[campaign] skipping command {i}/{len(plan)}: it would not end by the stop time",
+                          flush=True)
+                    continue
+                line = command(seed, point, (f"threads={threads}",))
+                log = log_dir / f"{i:03d}-seed{seed}-{point.task}.log"
+                record(times, seed, point, START)
+                print(f"[campaign] {i}/{len(plan)} {now:%H:%M:%S} {shlex.join(line)} (log: {log})", flush=True)
+                with log.open("w") as out:
+                    process = subprocess.Popen([sys.executable, *line[1:]], cwd=ROOT, stdout=out,
+                                               stderr=subprocess.STDOUT)
+                running.append(Job(i, seed, point, process, log, time.time()))
+                continue
+            if not running:  # nothing runs and nothing may start: a base that failed holds the rest back
+                print(f"[campaign] {len(waiting)} commands wait for a dense base that did not train", flush=True)
+                return 1
+            time.sleep(5)
+            for job in [job for job in running if job.process.poll() is not None]:
+                running.remove(job)
+                trained_bases = {key: True for key, done in trained_bases.items() if done}
+                seconds = time.time() - job.start
+                rc = job.process.returncode
+                print(f"[campaign] {job.index}/{len(plan)} rc={rc} after {seconds:.0f} s (log: {job.log})",
+                      flush=True)
+                if rc == 0:
+                    record_time(times, job.seed, job.point, seconds)
+                else:
+                    failed += 1
+                    waiting = [item for item in waiting if not (is_base(job.point) and item[2].task == job.point.task
+                                                                 and item[1] == job.seed and starts_from_base(item[2]))]
+    except KeyboardInterrupt:
+        for job in running:
+            job.process.send_signal(signal.SIGINT)  # each training saves its checkpoint and stops
+        for job in running:
+            job.process.wait()
+        return 130
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--list", action="store_true", help="print the commands and exit")
@@ -506,11 +653,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     parser.add_argument("--task", action="append", choices=TASK_ORDER, help="only these tasks (repeatable)")
     parser.add_argument("--times", default=str(TIMES), help=f"the wall-time file (default {TIMES})")
+    parser.add_argument("--match", action="append", default=[],
+                        help="only the commands whose line contains this text (repeatable: all of them), with "
+                             "the dense bases they load, e.g. --match recipe=paper")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="commands run at once, each on its share of the CPUs (default 1; on 2 cores, two "
+                             "one-thread trainings do about 2.2x the steps of one two-thread training; their "
+                             "timings are not quiet, and their rows say so)")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
     if args.fill and not args.until:
         parser.error("--fill needs --until (the stop time it fills up to)")
     seeds = tuple(int(s) for s in args.seeds.split(","))
-    plan = planned(seeds, tuple(t for t in TASK_ORDER if not args.task or t in args.task))
+    plan = matching(planned(seeds, tuple(t for t in TASK_ORDER if not args.task or t in args.task)), args.match)
     times = Path(args.times)
     if args.status:
         print("\n".join(status(plan, read_times(times), row_train_times())))
@@ -527,6 +683,11 @@ def main(argv: list[str] | None = None) -> int:
             stop += dt.timedelta(days=1)
     expected = estimates(read_times(times))
     trained = row_train_times() if stop else {}  # reads every row: only --until needs it
+    if args.jobs > 1:
+        if args.fill:
+            parser.error("--fill is the one-at-a-time campaign's; with --jobs, a command that would not end in "
+                         "time is always skipped")
+        return run_parallel(plan, args.jobs, stop, times, {**trained, **expected}, ROOT / ".cache" / "campaign")
     failed = 0
     skipped_bases: set[tuple[str, int]] = set()  # --fill: (task, seed) whose base was left for later
     for i, (seed, point) in enumerate(plan, 1):

@@ -376,3 +376,48 @@ def test_every_claim_reads_only_points_the_campaign_runs_on_three_seeds():
                 assert point not in one_seed, f"claim {claim.id} reads the ONE_SEED point {point!r}"
                 read += 1
     assert read
+
+
+def test_parallel_campaign_starts_bases_first_and_runs_a_base_once(tmp_path, monkeypatch):
+    """--jobs 2: each command gets one of the two CPUs; a dense base starts before everything else and its
+    seed's methods wait for it; of two methods whose base is not trained here, only one starts (it trains
+    the base) and the other waits for it to end, while another task's command takes the free slot."""
+    campaign = _campaign()
+    base = campaign.PLAN["parity"][0]
+    act = campaign.Point("parity", ("method=act", "act.tau=1e-3"))
+    other = campaign.Point("parity", ("method=act", "act.tau=1e-4"))
+    cv_method, cv_other = (campaign.Point("commonvoice", ("method=moefication", r)) for r in ("recipe=paper", "x=1"))
+    plan = [(0, act), (0, base), (0, cv_method), (0, cv_other)]
+    events, live = [], []
+
+    class Process:
+        def __init__(self, line, cwd, stdout, stderr):
+            self.line, self.returncode, self.polls = line, None, 0
+            events.append(("start", " ".join(line), [" ".join(p.line) for p in live if p.returncode is None]))
+            live.append(self)
+
+        def poll(self):
+            self.polls += 1
+            if self.polls >= (8 if "recipe=paper" in self.line else 2):  # the command that trains the base: long
+                self.returncode = 0
+                events.append(("end", " ".join(self.line)))
+            return self.returncode
+
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
+    monkeypatch.setattr(campaign, "base_trained", lambda seed, task: task == "parity" and
+                        any(e[0] == "end" and "method=dense" in e[1] for e in events))
+    monkeypatch.setattr(campaign.subprocess, "Popen", Process)
+    monkeypatch.setattr(campaign.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(campaign.time, "sleep", lambda s: None)
+    assert campaign.run_parallel(plan, 2, None, tmp_path / "times.tsv", {}, tmp_path / "logs") == 0
+    started = [" ".join(p.line) for p in live]
+    assert len(started) == 4 and all(p.line[-2] == "threads=1" for p in live)
+    # the base first, then the first commonvoice command beside it (the parity method waits for the base);
+    # the second commonvoice command waits for the first (their base is not trained here)
+    assert "method=dense task=parity" in started[0] and "recipe=paper" in started[1]
+    beside = {line: others for kind, line, *rest in events if kind == "start" for others in rest}
+    assert all(len(others) <= 1 for others in beside.values())  # two at a time
+    assert not any("recipe=paper" in other for other in beside[next(n for n in started if "x=1" in n)])
+    assert not any("method=dense" in other for other in beside[next(n for n in started if "act.tau=1e-3" in n)])
+    times = (tmp_path / "times.tsv").read_text()
+    assert times.count("start\t") == 4 and len(times.splitlines()) == 8
