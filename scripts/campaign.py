@@ -579,7 +579,8 @@ def _ready(item: tuple[int, int, Point], waiting: list[tuple[int, int, Point]], 
 def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | None, times: Path,
                  expected: dict[str, float], log_dir: Path) -> int:
     """Run the plan's pending commands ``jobs`` at a time, each on its share of the CPUs (``threads``, not
-    part of a row's identity), dense bases first (their seed's methods wait for them), the rest in plan order;
+    part of a row's identity), dense bases first (their seed's methods wait for them), then a command that
+    trains a missing base on its way, the rest in plan order;
     a command that would not end before ``stop`` is skipped.  Each command's output goes to its own log in
     ``log_dir``.  Timings taken while another training runs are not quiet: the rows record the load, and the
     report marks them."""
@@ -593,7 +594,10 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
         while waiting or running:
             startable = ([item for item in waiting if _ready(item, waiting, running, trained_bases)]
                          if len(running) < jobs else [])
-            startable.sort(key=lambda item: (not is_base(item[2]), item[0]))
+            # bases first, then a command that trains its seed's missing base on the way (the longest, and
+            # its seed's other commands wait for it), then the plan's order
+            startable.sort(key=lambda item: (not is_base(item[2]), trained_bases.get((item[2].task, item[1]), True)
+                                             if starts_from_base(item[2]) else True, item[0]))
             if startable:
                 i, seed, point = item = startable[0]
                 waiting.remove(item)

@@ -387,7 +387,8 @@ def test_parallel_campaign_starts_bases_first_and_runs_a_base_once(tmp_path, mon
     act = campaign.Point("parity", ("method=act", "act.tau=1e-3"))
     other = campaign.Point("parity", ("method=act", "act.tau=1e-4"))
     cv_method, cv_other = (campaign.Point("commonvoice", ("method=moefication", r)) for r in ("recipe=paper", "x=1"))
-    plan = [(0, act), (0, base), (0, cv_method), (0, cv_other)]
+    late = campaign.Point("parity", ("method=dense", "dense.depth=2", "timing=false", "results_dir=x"))
+    plan = [(0, act), (0, late), (0, base), (0, cv_method), (0, cv_other)]
     events, live = [], []
 
     class Process:
@@ -411,8 +412,9 @@ def test_parallel_campaign_starts_bases_first_and_runs_a_base_once(tmp_path, mon
     monkeypatch.setattr(campaign.time, "sleep", lambda s: None)
     assert campaign.run_parallel(plan, 2, None, tmp_path / "times.tsv", {}, tmp_path / "logs") == 0
     started = [" ".join(p.line) for p in live]
-    assert len(started) == 4 and all(p.line[-2] == "threads=1" for p in live)
-    # the base first, then the first commonvoice command beside it (the parity method waits for the base);
+    assert len(started) == 5 and all(p.line[-2] == "threads=1" for p in live)
+    # the base first, then the first commonvoice command beside it, before the earlier untimed dense point:
+    # it trains its missing base on the way (the parity method waits for the parity base);
     # the second commonvoice command waits for the first (their base is not trained here)
     assert "method=dense task=parity" in started[0] and "recipe=paper" in started[1]
     beside = {line: others for kind, line, *rest in events if kind == "start" for others in rest}
@@ -420,4 +422,4 @@ def test_parallel_campaign_starts_bases_first_and_runs_a_base_once(tmp_path, mon
     assert not any("recipe=paper" in other for other in beside[next(n for n in started if "x=1" in n)])
     assert not any("method=dense" in other for other in beside[next(n for n in started if "act.tau=1e-3" in n)])
     times = (tmp_path / "times.tsv").read_text()
-    assert times.count("start\t") == 4 and len(times.splitlines()) == 8
+    assert times.count("start\t") == 5 and len(times.splitlines()) == 10
