@@ -16,11 +16,12 @@ ACM = Select("acm", label="ACM")
 DENSE = Select("dense", label="dense base", knob="w1-d1", variant_is="")
 # the paper's "wide range of computational budgets", as fractions of the dense model's cost
 RANGE = (0.25, 0.35, 0.5, 0.6, 0.75)
-# A-ViT's committed rows are the ponder-weight sweep (the harness default, avit.sweep=ponder_weight), made before
-# the sweep was named in the variant; the ACM protocol's target sweep (avit.sweep=target, variant "sweep=target
-# (ACM protocol)") has no committed rows yet.  Only the ponder-weight sweep's variant names the prior's target
-# depth ("prior=gauss(t=..."), so this reads that sweep alone, old rows and new; eval-time ε rows are left out.
-AVIT = Select("avit", label="A-ViT (ponder-weight sweep)", variant_has="prior=gauss(t=", variant_not="eval-eps")
+# A-ViT's curve pools its sweeps of the recipe the claim reads, as ACM's pools both loss weightings: under
+# recipe=paper the campaign trains the ACM code's protocol (avit.sweep=target: target depths at ponder weight
+# 5e-4, variant "sweep=target (ACM protocol)"); under recipe=matched the committed rows are the ponder-weight
+# sweep (the harness default), joined by the target sweep's rows where they exist.  Points evaluated with
+# another halting ε than trained ("eval-eps") are left out.
+AVIT = Select("avit", label="A-ViT", variant_not="eval-eps")
 
 CLAIMS = [
     Claim(
@@ -95,12 +96,12 @@ CLAIMS = [
         note="'A wide range of computational budgets' is read as 25-75% of the dense cost, every budget (quantifier "
              "all); the paper's 12.5 GFLOPs is about 71% of ViT-B's 17.5. A budget outside a method's measured "
              "cost range reads 'not measured' (inconclusive), so the check cannot hold until both methods reach "
-             "every budget. A-ViT's points are its committed sweep, the ponder-weight sweep (avit.sweep="
-             "ponder_weight, the harness default, ponder weights 0.01-0.3 at a fixed target depth), not the ACM "
-             "code's protocol (avit.sweep=target, target depths at ponder weight 5e-4, variant 'ACM "
-             "protocol'), which has no committed rows yet; the selection reads the ponder-weight sweep only, "
-             "so the claim's comparator does not change silently when the target sweep's rows arrive. A-ViT's "
-             "points evaluated with another halting ε than trained are left out. ACM's curve is the hull of "
+             "every budget. A-ViT's curve is the hull of its sweeps under the recipe read: "
+             "recipe=paper trains the ACM code's protocol (avit.sweep=target: target depths at ponder weight "
+             "5e-4, prior weight 1, variant 'ACM protocol'); the recipe=matched rows are the ponder-weight sweep "
+             "(the harness default, ponder weights 0.01-0.3 at a fixed target depth), with the target sweep's "
+             "matched rows where they exist. A-ViT's points evaluated with another halting ε than trained are "
+             "left out. ACM's curve is the hull of "
              "both loss weightings (α_b = 0.1 and 1), as in acm-imagenet-dense-moefication.",
     ),
 ]
