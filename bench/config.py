@@ -54,7 +54,7 @@ class RunConfig:
     force: bool = param(False, help="re-run knob values that already have result rows")
     shipped: bool = param(True, help="start from the trained bases shipped under artifacts/ when the cache lacks "
                                      "them (false: train them)")
-    # scale (issue 16): precision, accumulation, the training DataLoader, logging and checkpoints
+    # scale: precision, accumulation, the training DataLoader, logging and checkpoints
     precision: str = param("fp32", choices=("fp32", "bf16", "fp16"),
                            help="fp32, or bf16/fp16: autocast training (fp16 adds a GradScaler) and evaluation, "
                                 "counting and timing of the model cast to that dtype; CUDA or CPU")

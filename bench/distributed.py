@@ -1,6 +1,6 @@
 """Data-parallel runs on torch.distributed: ranks from torchrun or SLURM (submitit), one process group.
 
-Launch (issue 16):
+Launch:
 
 * ``torchrun --nproc_per_node=N -m bench run ...``: torchrun sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
   ``MASTER_ADDR``/``MASTER_PORT``; every rank composes its config with Hydra's compose API (bench/cli.py;

@@ -12,7 +12,7 @@ share of the budget, optimiser policy); the core runs them here:
   A method that starts from the base continues the stream after the base model's steps (its first batch
   is ``base_steps``); a model trained from scratch starts at step 0, like the dense base.  Consecutive
   stages see consecutive data.
-* **Scale** (issue 16).  Every stage trains with the run's precision (autocast), gradient accumulation and
+* **Scale**.  Every stage trains with the run's precision (autocast), gradient accumulation and
   data parallelism (DDP: each rank trains on its rows of the step's global batch, ``Task.train_shard``);
   nothing in a method changes.  Precision and accumulation enter the base model's key when not the
   defaults; the number of processes does not (the same global batches).  Under data parallelism each rank

@@ -117,7 +117,7 @@ class ResultRow:
     # "skeleton1.trainer1.imagenet1.acm1"); a 12-hex hash of source files in older rows; "" before schema 3
     code_version: str = ""
     protocol: int = PROTOCOL_VERSION
-    # scale (issue 16): the run's precision (training autocast), the dtype the MAC counter and the timer ran
+    # scale: the run's precision (training autocast), the dtype the MAC counter and the timer ran
     # under (evaluation too), and the number of data-parallel training processes
     precision: str = "fp32"
     count_dtype: str = "float32"

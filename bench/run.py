@@ -44,7 +44,7 @@ class RunContext:
         self.device = distributed.setup(str(cfg.device))  # joins the process group under torchrun / SLURM
         self.cache_dir = Path(cfg.cache_dir)
         self.shipped = bool(getattr(cfg, "shipped", True))  # install finished stages from artifacts/
-        # How stages train at scale (issue 16; run-level keys, defaults for configs that predate them).
+        # How stages train at scale (run-level keys, defaults for configs that predate them).
         self.precision = str(getattr(cfg, "precision", "fp32"))
         self.accumulate = int(getattr(cfg, "accumulate", 1))
         self.recipe = str(getattr(cfg, "recipe", "matched"))

@@ -7,7 +7,7 @@ large-batch throughput (another pass, no counters attached) → one row per knob
 Knob values that already have a row made under today's training protocol are skipped (an interrupted
 sweep resumes), unless ``force=true``.
 
-Scale (issue 16): evaluation streams the task's evaluation batches, holding one batch at a time (only
+Scale: evaluation streams the task's evaluation batches, holding one batch at a time (only
 per-sample predictions and columns are kept).  Under data parallelism every rank trains; then rank 0
 alone evaluates, counts, times and writes rows, as one process on one device (bench/distributed.py), and
 the other ranks return.  Evaluation, counting and timing run the model cast to the run's ``precision``
@@ -374,7 +374,7 @@ def _row_id(chash: str, knob: str, value: Any, seed: int) -> str:
     return f"{chash}-{knob}{slug}-s{seed}"
 
 
-# --- row identity (issue 22, item 6) -------------------------------------------------------------------
+# --- row identity ---------------------------------------------------------------------------------------
 def _point_exists(results_dir: Any, task: str, method: str, chash: str, knob: str, value: Any, seed: int) -> bool:
     """A row of this point exists: its own row id, or an older row of the same knob value and seed whose
     config (read from its ``config.yaml``, without today's non-result keys) has the same identity hash, in

@@ -2,7 +2,7 @@
 
     python -m bench speed method=acm,moefication task=imagenet arch=b16 fraction=0.25,0.5,0.75,1 batch=1 threads=1
 
-What runs (issue 19; the ACM paper's Fig. 9 protocol carried to whole models):
+What runs (the ACM paper's Fig. 9 protocol carried to whole models):
 
 1. The task builds its backbone at a named paper size with random weights (the task's ``speed`` module,
    ``tasks/<t>/speed.py`` or the one its ``TaskSpec.speed`` names: an ``ARCHS`` table of :class:`SpeedArch`

@@ -7,7 +7,7 @@ loads its weights.  Data comes from ``batch_fn(step)`` (or ``shard_fn(step, rank
 the step, read through a DataLoader (bench/data.py), so a resumed run sees the same batches it would have
 seen without the interruption.
 
-Scale (issue 16):
+Scale:
 
 * **Data parallel.**  Under ``torch.distributed`` (bench/distributed.py) the model is wrapped in
   ``DistributedDataParallel`` and each rank trains on its rows of the step's global batch; DDP averages the

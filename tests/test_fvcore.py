@@ -5,7 +5,7 @@ counter's unit.  The two tools agree exactly on every multiply-accumulate op; th
 the ops explained in ``FVCORE_ONLY`` (fvcore counts them, the vision convention the counter follows does
 not) and ``NO_MACS`` (neither counts them).  Any other difference fails the test.
 
-The skeleton's attention core is ``F.scaled_dot_product_attention`` (issue 16), which fvcore's tracer cannot
+The skeleton's attention core is ``F.scaled_dot_product_attention``, which fvcore's tracer cannot
 count; fvcore therefore traces the same model with SDPA replaced by its explicit-matmul definition
 (:func:`explicit_sdpa`), and the counter's fused-attention MACs must equal fvcore's matmul MACs.
 """

@@ -307,7 +307,7 @@ def test_missing_fashion_mnist_directory_is_user_error(tmp_path):
 
 def test_streamed_evaluation_and_rank_shards_match_the_map_style_reader(tmp_path, monkeypatch):
     """imagenet.streaming=true reads the evaluation split as an IterableDataset with the same batches; a
-    rank's training shard decodes only its rows and equals those rows of the whole batch (issue 16)."""
+    rank's training shard decodes only its rows and equals those rows of the whole batch."""
     isolate_hf_cache(tmp_path, monkeypatch)
     write_parquet_dataset(tmp_path / "pq")
     kw = dict(source="hf", data_dir=str(tmp_path / "pq"), arch="small", patch=16, d_model=16, heads=2,

@@ -3,7 +3,7 @@
 tests/data/skeleton_golden.pt was written by tests/data/make_skeleton_golden.py on the code before these
 options existed; the same models built by the current code must have the same parameter names and shapes,
 the same outputs (teacher-forced logits, beam-search tokens) and the same counted and logged MACs.  Since
-attention runs through ``F.scaled_dot_product_attention`` (issue 16) the logits equal the golden ones to
+attention runs through ``F.scaled_dot_product_attention`` the logits equal the golden ones to
 fp32 rounding (the fused kernel sums in another order) rather than bitwise; tokens and MACs stay exact.
 """
 

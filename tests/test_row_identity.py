@@ -1,4 +1,4 @@
-"""Row identity (issue 22, item 6): keys that cannot change a result stay out of the config hash, a point
+"""Row identity: keys that cannot change a result stay out of the config hash, a point
 already written under an older hash is found again, re-running a point with identical numbers writes no
 second file, and the report never collapses rows of different budgets or configs."""
 

@@ -7,7 +7,7 @@
 * bf16 on CPU runs one method end to end (autocast training; evaluation, counting and timing in bf16);
 * evaluation holds one batch at a time (the evaluation set is never materialised);
 * with one process, fp32 and ``accumulate=1`` the trained weights are bit-identical to the trainer before
-  issue 16 (digests computed from that code, one thread), and the MAC counter counts exactly what it counted
+  the scale work (digests computed from that code, one thread), and the MAC counter counts exactly what it counted
   before attention moved to ``F.scaled_dot_product_attention``.
 """
 

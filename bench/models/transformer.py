@@ -9,7 +9,7 @@ Every task builds its backbone from these modules and every method is written ag
     Encoder.head             task-specific head on the pooled vector
 
 The attention core is ``torch.nn.functional.scaled_dot_product_attention`` (fused flash / memory-efficient
-kernels on GPU and CPU; issue 16).  The dispatch-level counter still sees QKᵀ and AV: torch's FLOP counter
+kernels on GPU and CPU).  The dispatch-level counter still sees QKᵀ and AV: torch's FLOP counter
 knows the CUDA SDPA kernels, and bench/cost.py registers the formula of the fused CPU kernel, so the counted
 MACs are exactly those of the former explicit matmuls (tests/test_scale.py checks them against the numbers
 counted before the change).  Analytic MAC formulas (``macs``) follow the torchvision convention:
