@@ -132,7 +132,7 @@ def _run_composed(overrides: list[str]) -> int:
                         *[o for o in overrides if not o.startswith(("method=", "task="))]])
     try:
         runner.run(cfg, method, task, command)
-    except (UserError, ConfigError) as err:
+    except UserError as err:
         return fail(str(err))
     except KeyboardInterrupt as err:
         return interrupted(err)
@@ -152,7 +152,7 @@ def _hydra_task(cfg) -> None:
                           if not o.startswith(("method=", "task="))]])
     try:
         runner.run(cfg, method, task, command)
-    except (UserError, ConfigError) as err:
+    except UserError as err:
         sys.exit(fail(str(err)))
     except KeyboardInterrupt as err:
         sys.exit(interrupted(err))
@@ -185,7 +185,7 @@ def cmd_run(args: list[str]) -> int:
                 paths.check_writable("results_dir", results_dir)
                 paths.check_writable("cache_dir", cache_dir)
                 devices.check_available(device)
-    except (ConfigError, registry.RegistryError, UserError) as err:
+    except UserError as err:
         return fail(str(err))
     if not PRINT_ONLY_FLAGS & set(flags) and _rank() == 0:
         _defaults_note(overrides)
@@ -293,7 +293,7 @@ def cmd_report(args: list[str]) -> int:
 
     try:
         written = report.main(opts.results_dir, opts.reports_dir)
-    except (ValueError, UserError) as err:
+    except UserError as err:
         return fail(str(err))
     for path in written:
         print(path)
@@ -328,7 +328,7 @@ def cmd_kernels(args: list[str]) -> int:
             paths.check_writable("--results-dir", opts.results_dir)
             if not opts.no_plot:
                 paths.check_writable("--reports-dir", opts.reports_dir)
-    except (ConfigError, UserError) as err:
+    except UserError as err:
         return fail(str(err))
     return kernel_bench.main(args)
 
@@ -344,7 +344,7 @@ def cmd_speed(args: list[str]) -> int:
         return 0
     try:
         return speed.main(args)
-    except (ConfigError, UserError) as err:
+    except UserError as err:
         return fail(str(err))
 
 
@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"unknown verb '{verb}'{hint} valid: {', '.join(VERBS)}")
     try:
         return VERBS[verb](rest)
-    except registry.RegistryError as err:
+    except UserError as err:  # ConfigError and RegistryError are kinds of it
         return fail(str(err))
     except KeyboardInterrupt as err:
         return interrupted(err)

@@ -19,7 +19,7 @@ import re
 from typing import Any, Sequence
 
 from bench import devices, registry
-from bench.errors import near_matches
+from bench.errors import UserError, near_matches
 from bench.params import check_ranges, param
 
 CONFIG_MODULE = "bench.conf"
@@ -70,7 +70,7 @@ class RunConfig:
 RUN_KEYS = {f.name for f in dataclasses.fields(RunConfig)}
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A bad command line or config; the message is one line for the user."""
 
 

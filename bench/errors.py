@@ -6,7 +6,9 @@ from typing import Iterable
 
 
 class UserError(Exception):
-    """Bad input found at run time (e.g. configured real data that is missing)."""
+    """Bad input: a message for the user as one line (the CLI prints ``bench: error: <message>`` and exits 2).
+    The config's and the registry's errors are kinds of it (:class:`bench.config.ConfigError`,
+    :class:`bench.registry.RegistryError`); anything else that escapes is a bug and keeps its traceback."""
 
 
 def near_matches(word: str, choices: Iterable[str], n: int = 3, cutoff: float = 0.6) -> list[str]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Callable, Literal
 
-from bench.errors import near_matches
+from bench.errors import UserError, near_matches
 
 KnobKind = Literal["eval", "train", "static"]
 
@@ -114,7 +114,7 @@ _loaded_builtin = False
 _loaded_plugins: set[str] = set()
 
 
-class RegistryError(ValueError):
+class RegistryError(UserError, ValueError):
     """An unknown name or a bad plugin; its message is one line for the user."""
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bench import (registry, report_claims, report_curves, report_method_budget, report_plots, report_speed,
                    report_static, report_status, report_throughput, results)
+from bench.errors import UserError
 from bench.report_views import *  # noqa: F401,F403  (the library, re-exported)
 from bench.report_views import (TaskView, _header, _section_notes, attach_uncertainty, dataset_tag, latest_rows,
                                 markdown_table, md_escape, points_table, rows_table, summary_table, task_views,
@@ -159,7 +160,7 @@ def view_stems(views: list[TaskView]) -> dict[tuple[str, str], str]:
     seen: dict[str, tuple[str, str]] = {}
     for key, stem in stems.items():
         if stem in seen:
-            raise ValueError(f"report: datasets {seen[stem][1]!r} and {key[1]!r} of task {key[0]} map to the same "
+            raise UserError(f"report: datasets {seen[stem][1]!r} and {key[1]!r} of task {key[0]} map to the same "
                              f"file names ({stem}_*); rename one of them")
         seen[stem] = key
     return stems
@@ -205,7 +206,7 @@ def write_all(results_dir: str, reports_dir: str, echo=print) -> list[str]:
     if frame.empty:
         if kernel_paths:
             return kernel_paths
-        raise ValueError(f"no result rows under {results_dir}; run `python -m bench run ...` first")
+        raise UserError(f"no result rows under {results_dir}; run `python -m bench run ...` first")
     views = task_views(frame)
     dedup = latest_rows_counts(frame, views)
     echo(f"read {dedup['read']} row files under {results_dir}/: {dedup['kept']} points kept, "
@@ -236,7 +237,7 @@ def write_all(results_dir: str, reports_dir: str, echo=print) -> list[str]:
         written += [str(p) for p in paths]
     clash = sorted({p for p in written if written.count(p) > 1})
     if clash:  # a figure function that ignores its stem; the report would show one section's data twice
-        raise ValueError(f"report: {', '.join(clash)} written by more than one section; name files after the stem")
+        raise UserError(f"report: {', '.join(clash)} written by more than one section; name files after the stem")
     static = {view.key: report_static.compare(view, results_dir) for view in views}
     claim_paths, summary = report_claims.write(views, out, results_dir, echo=echo, static_lines=lambda r: (
         report_static.claim_lines(static.get(r.view.key, []), report_claims.claim_curves(r.claim, r.view))))

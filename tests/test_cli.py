@@ -157,3 +157,18 @@ def test_run_writes_rows_and_resolved_config(tmp_path):
     assert again.returncode == 0
     assert "already has a row" in again.stderr + again.stdout
     assert len(list((tmp_path / "results" / "parity" / "dense").glob("*.csv"))) == 1
+
+
+def test_one_error_family_and_bugs_keep_their_traceback(monkeypatch, tmp_path, capsys):
+    """The config's and the registry's errors are UserErrors (one line, exit 2); any other exception out of
+    a verb is a bug: it is not turned into a user error (``report`` used to swallow every ValueError)."""
+    from bench import cli, config, registry, report
+    from bench.errors import UserError
+
+    assert issubclass(config.ConfigError, UserError) and issubclass(registry.RegistryError, UserError)
+    monkeypatch.setattr(report, "main", lambda *a: (_ for _ in ()).throw(UserError("no rows here")))
+    assert cli.main(["report", "--results-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().endswith("no rows here")
+    monkeypatch.setattr(report, "main", lambda *a: (_ for _ in ()).throw(ValueError("a bug")))
+    with pytest.raises(ValueError, match="a bug"):
+        cli.main(["report", "--results-dir", str(tmp_path)])

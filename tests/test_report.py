@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from bench import report, results
+from bench.errors import UserError
 
 # A front with two dominated points: (3, 0.6) and (2.5, 0.7) are dominated by (2, 0.7).
 COST = np.array([1.0, 2.0, 3.0, 4.0, 2.5])
@@ -219,7 +220,7 @@ def test_report_removes_the_files_of_sections_whose_rows_are_gone(tmp_path):
 
 
 def test_report_without_rows_raises(tmp_path):
-    with pytest.raises(ValueError, match="no result rows"):
+    with pytest.raises(UserError, match="no result rows"):
         report.main(str(tmp_path / "results"), str(tmp_path / "reports"))
 
 

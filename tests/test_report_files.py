@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from bench import registry, report, results
+from bench.errors import UserError
 from tests.test_report import _row
 
 PARITY_DEFAULT = registry.task_spec("parity").default_dataset
@@ -81,7 +82,7 @@ def test_clashing_stems_are_an_error(tmp_path):
         row = dataclasses.replace(_row("dense", "static", 1.0, 1.0, 0.9, timestamp=f"{when}T00:00:00+00:00"),
                                   dataset=dataset)
         results.append(res, row, f"r{i}")
-    with pytest.raises(ValueError, match="map to the same file names"):
+    with pytest.raises(UserError, match="map to the same file names"):
         report.view_stems(report.task_views(results.load(res)))
 
 
