@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import torch
 from torch import Tensor, nn
 
+from bench import registry
+
 if TYPE_CHECKING:
     from bench.run import RunContext
 
@@ -246,8 +248,6 @@ class Method:
     def capabilities(self) -> tuple[str, ...]:
         """What the task provides (its registry spec's capabilities for this config: backbone family, output
         kind, readable input elements); methods branch on these, never on task names."""
-        from bench import registry
-
         return tuple(registry.task_spec(self.run.task_name).backbones(self.task.cfg))
 
     def starts_from(self) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.checkpoints import atomic_save
 from bench.errors import UserError
 
 log = logging.getLogger("bench")
@@ -63,8 +64,6 @@ def sha256(path: Path) -> str:
 def install(shipped: Shipped, ckpt: Path) -> None:
     """Write the finished-stage checkpoint ``ckpt`` from a shipped artefact (its sha256 checked first)."""
     from safetensors.torch import load_file
-
-    from bench.checkpoints import atomic_save
 
     actual = sha256(shipped.weights)
     if actual != shipped.meta["sha256"]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
+from bench.errors import near_matches
+
 
 def param(default: Any, *, min: float | None = None, max: float | None = None,
           choices: Sequence[Any] | None = None, help: str = "") -> Any:
@@ -29,8 +31,6 @@ def _check_value(key: str, value: Any, meta: Mapping[str, Any]) -> str | None:
         return None
     choices = meta.get("choices")
     if choices and value not in choices:
-        from bench.errors import near_matches
-
         near = near_matches(value, map(str, choices), n=1) if isinstance(value, str) else []
         hint = f" (did you mean {near[0]}?)" if near else ""
         return f"{key}={value!r} is not allowed; choose one of {', '.join(map(str, choices))}{hint}"

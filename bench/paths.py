@@ -12,6 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from bench import devices
 from bench.errors import UserError
 
 
@@ -41,8 +42,6 @@ def check_writable(key: str, path: str | os.PathLike) -> None:
 def check_run_outputs(cfg) -> None:
     """What a composed config needs before any work: writable output directories (results_dir,
     cache_dir) and a device that this machine has (:func:`bench.devices.check_available`)."""
-    from bench import devices
-
     for key in ("results_dir", "cache_dir"):
         check_writable(key, str(cfg[key]))
     devices.check_available(str(cfg.device))

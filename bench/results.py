@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from bench import registry
 from bench.errors import DISK_FULL_ERRNOS, disk_full
 
 SCHEMA_VERSION = 7  # 2: same-process dense timing ratios and the cost check; 3: load average, code version;
@@ -247,8 +248,6 @@ ADDED_TASK_DEFAULTS: dict[str, Any] = {"streaming": False}
 def without_added_defaults(config: dict[str, Any], task: str) -> dict[str, Any]:
     """``config`` without the task-section keys added later (:data:`ADDED_TASK_DEFAULTS` and the task's own
     ``added_defaults``) at those values."""
-    from bench import registry
-
     section = config.get(task)
     if not isinstance(section, dict):
         return config

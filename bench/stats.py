@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bench import results
+
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
 RANDOM_SEED = 20261117
@@ -368,8 +370,6 @@ class Uncertainty:
 
 def samples_path(row: dict, results_dir) -> "Path":
     from pathlib import Path
-
-    from bench import results
 
     row_file = row.get("row_file")
     if isinstance(row_file, str) and row_file:

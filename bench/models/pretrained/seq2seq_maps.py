@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from bench.errors import UserError
+from bench.models.seq2seq import EncoderDecoder
+
 # Per-layer suffix maps onto the skeleton (both HF Marian/BART and fairseq use these names inside a layer).
 ENCODER_LAYER = {"self_attn.q_proj": "attn.q", "self_attn.k_proj": "attn.k", "self_attn.v_proj": "attn.v",
                  "self_attn.out_proj": "attn.o", "self_attn_layer_norm": "norm1", "fc1": "mlp.fc1",
@@ -29,9 +32,6 @@ def build_loaded(cfg, map_weights, where: str, mismatch: str):
     """The skeleton ``EncoderDecoder`` of ``cfg`` with the mapped weights loaded strictly: a mapping that
     fails (``KeyError``/``ValueError``: ``mismatch`` names what the weights do not fit) or a state dict
     that does not fit the model is one ``UserError`` line naming ``where``."""
-    from bench.errors import UserError
-    from bench.models.seq2seq import EncoderDecoder
-
     try:
         sd = map_weights()
     except (KeyError, ValueError) as err:
