@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from bench import cost
-from bench.models.pretrained import fairseq
+from tasks.iwslt import fairseq
 from tests.pretrained_fixtures import TEXT_DE, TEXT_EN, write_fairseq
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bench import cost
-from bench.models.pretrained import marian
+from tasks.iwslt import marian
 from tests.pretrained_fixtures import TEXT_DE, TEXT_EN, write_marian
 
 

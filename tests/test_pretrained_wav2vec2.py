@@ -95,7 +95,7 @@ def test_full_size_macs_on_meta_device(name):
     """wav2vec2-base and XLS-R-300M at full size (meta tensors: shapes only), 1 s of audio: the counter
     equals the published-architecture formula; XLS-R-300M is about 17.8 GMACs per second (derived from
     the architecture) with 49 frames."""
-    from bench.models.pretrained import wav2vec2 as W
+    from tasks.commonvoice import wav2vec2 as W
     from tasks.commonvoice.model import CTCEncoder, FrameHead
 
     shape = {"base": W.BASE, "xlsr_300m": W.XLSR_300M}[name]

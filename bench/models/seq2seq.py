@@ -12,7 +12,7 @@ the skeleton find the same Linears:
     EncoderDecoder.decoder.norm, .head   final LayerNorm (Identity for post-norm models) and the output
                                          projection d → V
 
-Options for pretrained checkpoints (bench/models/pretrained/; every default keeps the model as it was):
+Options for pretrained checkpoints (loaded by tasks/iwslt/marian.py and fairseq.py; every default keeps the model as it was):
 - ``norm_first=False``: post-norm blocks (Marian, fairseq's default): x ← norm1(x + attn(x)),
   x ← norm_c(x + cross(x)), x ← norm2(x + mlp(x)); no final LayerNorm (``final_norm=False``).
 - ``dec_d_model``/``dec_heads``/``dec_mlp``: a decoder narrower than the encoder (the Depth-Adaptive

@@ -1,6 +1,6 @@
 """``commonvoice.pretrained``: a HuggingFace wav2vec 2.0 / XLS-R CTC checkpoint as the dense base model.
 
-The model (bench/models/pretrained/wav2vec2.py) reads the raw 16 kHz waveform, so corpora are kept as
+The model (tasks/commonvoice/wav2vec2.py) reads the raw 16 kHz waveform, so corpora are kept as
 waveform clips (``[N, samples]`` float32) instead of log-mel features: the same sentences, voices and clip
 lengths as the log-mel corpora (tasks/commonvoice/data.py), cached under their own names.
 
@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from bench.errors import UserError
-from bench.models.pretrained import wav2vec2 as W
+from tasks.commonvoice import wav2vec2 as W
 from tasks.commonvoice import data as D
 from tasks.commonvoice import features as F
 from tasks.commonvoice import text as T

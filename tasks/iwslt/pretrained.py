@@ -22,9 +22,9 @@ from typing import Callable
 from torch import Tensor
 
 from bench.errors import UserError
-from bench.models.pretrained import fairseq as FS
+from tasks.iwslt import fairseq as FS
 from bench.models.pretrained import hf
-from bench.models.pretrained import marian as M
+from tasks.iwslt import marian as M
 from bench.models.seq2seq import EncoderDecoder
 
 

@@ -35,8 +35,8 @@ import torch
 from torch import Tensor
 
 from bench.errors import UserError
-from bench.models.pretrained.seq2seq_maps import DECODER_LAYER, ENCODER_LAYER, build_loaded, map_layers
 from bench.models.seq2seq import EncoderDecoder, Seq2SeqConfig
+from tasks.iwslt.seq2seq_maps import DECODER_LAYER, ENCODER_LAYER, build_loaded, map_layers
 
 CHECKPOINT_NAMES = ("checkpoint_best.pt", "checkpoint_last.pt", "model.pt")
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq Dictionary: ids 0..3

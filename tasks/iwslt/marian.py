@@ -27,8 +27,8 @@ from torch import Tensor
 
 from bench.errors import UserError
 from bench.models.pretrained import hf
-from bench.models.pretrained.seq2seq_maps import DECODER_LAYER, ENCODER_LAYER, build_loaded, map_layers
 from bench.models.seq2seq import EncoderDecoder, Seq2SeqConfig
+from tasks.iwslt.seq2seq_maps import DECODER_LAYER, ENCODER_LAYER, build_loaded, map_layers
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu"}
 
