@@ -8,24 +8,29 @@ ops, norms, softmax and bias adds are not counted.
 
 Ops that executed, have no MAC formula, and are not known to be elementwise/view/reduction ops are
 listed in ``CostReport.uncounted`` so a silent zero never goes unnoticed.  A formula is registered for
-the fused CPU attention kernel and the in-place ``addmm_`` (which FlopCounterMode does not know), and the
-ACM operators
-(``torch.ops.bench.acm_triton`` / ``acm_sorted``, :mod:`bench.kernels.acm_ops`) register theirs.
+the fused CPU attention kernel and the in-place ``addmm_`` (which FlopCounterMode does not know).
+
+Custom operators (e.g. a Triton kernel wrapped in ``torch.library.custom_op``, which FlopCounterMode cannot
+see into) are counted through the formula their owner registers with :func:`register_op` (the shape of
+fvcore's ``set_op_handle``): a method registers its operators' formulas when its operator module is
+imported, so this module knows no method.  The formula receives the arguments each call executed with,
+on CPU and CUDA alike, and is looked up at every call, so a formula registered after a counter was built
+still counts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, register_flop_formula
 
-# The ACM operators' MAC formulas must be registered before any FlopCounterMode is built (it copies the
-# formula table when constructed), not when a model first calls the operator inside a counting pass.
-import bench.kernels.acm_ops  # noqa: E402,F401
-
 aten = torch.ops.aten
+
+# Custom operators counted through a registered formula: "namespace.name" -> formula (see register_op).
+_OP_FORMULAS: dict[str, Callable[..., int]] = {}
 
 # Executed ops that carry no multiply-accumulates (besides pointwise/view ops, recognised by tag).
 _NO_MAC_OPS = {
@@ -70,18 +75,34 @@ def _addmm_inplace_flop(self_shape, a_shape, b_shape, *args, out_shape=None, **k
     return 2 * m * k * b_shape[1]
 
 
-def _op_name(func) -> str:
-    return f"{func.namespace}.{func._schema.name.split('::')[-1]}"
+def op_name(op) -> str:
+    """The counter's name of an operator ("namespace.name", as in ``CostReport.by_op``): from the operator
+    (``torch.ops.ns.name``), one of its overloads (``torch.ops.ns.name.default``) or "ns::name"."""
+    if isinstance(op, str):
+        return op.replace("::", ".")
+    return str(getattr(op, "overloadpacket", op))
+
+
+def register_op(op, formula: Callable[..., int]) -> None:
+    """Count the operator ``op`` (see :func:`op_name` for the forms it may take) with ``formula``.
+
+    ``formula(*args, **kwargs) -> int`` returns the MACs of one call from the arguments the call executed
+    with (real tensors on the call's device: it may read their values, which syncs with the host; it runs
+    only inside a counting pass).  The formula replaces any count torch's FlopCounterMode has for the
+    operator; registering the same operator again replaces its formula."""
+    _OP_FORMULAS[op_name(op)] = formula
 
 
 class _ExecutedOps(TorchDispatchMode):
-    """Records the name of every aten op that executes."""
+    """Records the name of every aten op that executes, and counts the MACs of registered operators."""
 
     def __init__(self):
         super().__init__()
         self.ops: dict[str, bool] = {}
+        self.macs: dict[str, int] = {}  # registered operators: name -> MACs counted through their formula
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
         packet = func._overloadpacket
         if packet not in self.ops:
             tags = set(getattr(func, "tags", ()))
@@ -90,7 +111,12 @@ class _ExecutedOps(TorchDispatchMode):
             composite = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
             self.ops[packet] = (composite or torch.Tag.pointwise in tags or func.is_view
                                 or torch.Tag.view_copy in tags)
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **kwargs)
+        name = str(packet)
+        formula = _OP_FORMULAS.get(name)
+        if formula is not None:
+            self.macs[name] = self.macs.get(name, 0) + int(formula(*args, **kwargs))
+        return out
 
 
 @dataclass
@@ -118,7 +144,8 @@ class count_macs:
         self._flops.__exit__(*exc)
         counts = self._flops.get_flop_counts().get("Global", {})
         by_op = {str(op): int(v) // 2 for op, v in counts.items()}
-        counted = {str(op) for op in counts}
+        by_op.update(self._ops.macs)  # a registered formula replaces torch's count
+        counted = set(by_op)
         uncounted = sorted(
             name for name, harmless in ((str(p), h) for p, h in self._ops.ops.items())
             if not harmless and name not in counted and name not in _NO_MAC_OPS

@@ -234,13 +234,20 @@ def test_benchmark_triton_callable_runs_on_weights_laid_out_once():
         torch.testing.assert_close(out.cpu().double(), ref, atol=1e-4, rtol=1e-4)
 
 
-def test_importing_the_cost_counter_registers_the_operator_formulas():
-    """FlopCounterMode copies the formula table when it is built: the formulas must be registered by
-    importing bench.cost, not lazily at the operator's first call (which may happen inside counting)."""
+def test_the_operator_formulas_count_in_a_counter_built_before_they_were_registered():
+    """The ACM operators register their formulas with the counter when their module is imported (bench.cost
+    knows no method); a counter looks formulas up at every call, so one built before the import counts them."""
     import subprocess
     import sys
 
-    code = ("import torch\nfrom torch.utils.flop_counter import flop_registry\nimport bench.cost\n"
-            "assert torch.ops.bench.acm_triton in flop_registry and torch.ops.bench.acm_sorted in flop_registry\n")
+    code = ("import torch\nfrom bench import cost\nimport sys\n"
+            "counter = cost.count_macs()\n"
+            "assert not any(m.startswith('methods') for m in sys.modules)\n"
+            "from bench.kernels import acm_ops\n"
+            "x, k = torch.randn(3, 8), torch.tensor([0, 1, 2])\n"
+            "w1, b1, w2 = torch.randn(2 * 4, 8), torch.randn(2 * 4), torch.randn(8, 2 * 4)\n"
+            "with torch.inference_mode(), counter:\n"
+            "    torch.ops.bench.acm_sorted(x, k, w1, b1, w2, 4, 'gelu')\n"
+            "assert counter.report.by_op == {'bench.acm_sorted': 3 * 2 * 4 * 8}, counter.report\n")
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)

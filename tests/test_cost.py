@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from bench.cost import count
+from bench.cost import count, op_name, register_op
 from bench.models.transformer import Block, Encoder, EncoderConfig
 
 
@@ -64,3 +64,25 @@ def test_uncounted_ops_are_listed():
 
     report = count(Opaque(), torch.randn(4, 4))
     assert any("linalg" in op for op in report.uncounted)
+
+
+@torch.library.custom_op("bench_test::rows_mm", mutates_args=())
+def _rows_mm(x: torch.Tensor, w: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """x @ w on the first ``rows`` rows only (zeros elsewhere): work that depends on a tensor's value."""
+    out = torch.zeros(x.shape[0], w.shape[1], dtype=x.dtype)
+    n = int(rows)
+    out[:n] = x[:n] @ w
+    return out
+
+
+def test_a_registered_operator_is_counted_through_its_formula():
+    """register_op: a custom operator (opaque to torch's counter: unlisted and uncounted before registering)
+    is counted by its formula, which reads the values of the call's arguments; the name forms agree."""
+    x, w = torch.randn(6, 5), torch.randn(5, 3)
+    before = count(_rows_mm, x, w, torch.tensor(4))
+    assert before.macs == 0 and "bench_test.rows_mm" in before.uncounted
+    register_op("bench_test::rows_mm", lambda x, w, rows: int(rows) * x.shape[1] * w.shape[1])
+    report = count(_rows_mm, x, w, torch.tensor(4))
+    assert report.macs == 4 * 5 * 3 and report.by_op == {"bench_test.rows_mm": 60} and report.uncounted == []
+    assert op_name(torch.ops.bench_test.rows_mm) == op_name(torch.ops.bench_test.rows_mm.default) \
+        == op_name("bench_test::rows_mm") == "bench_test.rows_mm"

@@ -2,13 +2,13 @@
 
 Why operators (``torch.library.custom_op``):
 
-- **The MAC counter sees them.**  ``torch.utils.flop_counter.FlopCounterMode`` (under :mod:`bench.cost`)
-  counts aten ops; a Triton launch is invisible to it.  An operator is dispatched like an aten op, and
-  :func:`_acm_flop` is registered for both operators with ``register_flop_formula(get_raw=True)``: it
-  receives the actual arguments and returns 2 FLOPs × 2·w·d MACs per executed learner, from the executed
-  k (clamped to [0, N] exactly as the kernels clamp).  ``k.sum()`` is read back to the host *inside the
-  counting phase only*: the formula runs only while a FlopCounterMode is active, never on a timed call.
-  The counter therefore matches the decision log (Σ k·(2·w·d) per layer) on both paths; tests check it.
+- **The MAC counter sees them.**  The dispatch-level counter (:mod:`bench.cost`) counts aten ops; a Triton
+  launch is invisible to it.  An operator is dispatched like an aten op, and importing this module
+  registers a formula for both operators with :func:`bench.cost.register_op`: it receives the actual
+  arguments and returns 2·w·d MACs per executed learner, from the executed k (clamped to [0, N] exactly
+  as the kernels clamp).  ``k.sum()`` is read back to the host *inside the counting phase only*: the
+  formula runs only while a counter is active, never on a timed call.  The counter therefore matches the
+  decision log (Σ k·(2·w·d) per layer) on both paths; tests check it.
 - **torch.compile** traces each operator as one opaque node through its fake (meta) implementation
   (output: a new tensor of x's shape and dtype), so neither the sorted path's host sync nor the Triton
   launch breaks the graph.  ``torch.library.opcheck`` checks the registrations.
@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 from torch import Tensor
-from torch.utils.flop_counter import register_flop_formula
 
+from bench.cost import register_op
 from bench.kernels.acm_torch import acm_sorted
 
 if TYPE_CHECKING:
@@ -65,14 +65,16 @@ def executed_macs(k: Tensor, width: int, d: int, n_learners: int) -> int:
     return int(k.clamp(0, n_learners).sum()) * 2 * width * d
 
 
-@register_flop_formula(torch.ops.bench.acm_triton, get_raw=True)
-def _acm_triton_flop(x, k, w_up, b1, w_down, width, activation, gather_x, out_val=None, **kwargs) -> int:
-    return 2 * executed_macs(k, width, x.shape[1], w_up.shape[1] // width)
+def _acm_triton_macs(x, k, w_up, b1, w_down, width, activation, gather_x) -> int:
+    return executed_macs(k, width, x.shape[1], w_up.shape[1] // width)
 
 
-@register_flop_formula(torch.ops.bench.acm_sorted, get_raw=True)
-def _acm_sorted_flop(x, k, w1, b1, w2, width, activation, out_val=None, **kwargs) -> int:
-    return 2 * executed_macs(k, width, x.shape[1], w1.shape[0] // width)
+def _acm_sorted_macs(x, k, w1, b1, w2, width, activation) -> int:
+    return executed_macs(k, width, x.shape[1], w1.shape[0] // width)
+
+
+register_op(torch.ops.bench.acm_triton, _acm_triton_macs)
+register_op(torch.ops.bench.acm_sorted, _acm_sorted_macs)
 
 
 # --- the Triton path's entry points (the operator above, on nn.Linear weights or prepared ones) ---------

@@ -56,6 +56,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bench.kernels.acm_ops import acm_triton
 from bench.kernels.acm_torch import acm_cpu, acm_masked, acm_naive
 from bench.models.transformer import MLP, Attention, Block, Encoder, _module_macs, attention_core_macs, linear_macs
 
@@ -123,8 +124,6 @@ def real_kernel(device: torch.device, differentiable: bool = False):
     if differentiable:
         return acm_naive
     if device.type == "cuda":
-        from bench.kernels.acm_ops import acm_triton
-
         return acm_triton
     return acm_cpu
 
