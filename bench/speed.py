@@ -19,7 +19,7 @@ What runs (the ACM paper's Fig. 9 protocol carried to whole models):
    stops the run (one line, nothing written).  The dense backbone's MACs come from the counter.
 4. Timing: the dense backbone and every (method, fraction) point are timed in ONE process, in ``rounds``
    rounds of a fresh random order (interleaved against drift), with the timer of the kernel benchmark
-   (:func:`bench.kernels.bench._timer`: ``torch.utils.benchmark`` blocked_autorange on CPU with an
+   (:func:`bench.kernels.timer.device_timer`: ``torch.utils.benchmark`` blocked_autorange on CPU with an
    explicit thread count; ``triton.testing.do_bench`` on CUDA).  ``os.getloadavg()`` is read after every
    timing and stored beside it.  On CUDA each point is also captured as a CUDA graph (batches up to
    ``graph_max_batch``) and timed as a replay; a path that synchronises with the host fails capture and
@@ -48,7 +48,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from bench import paths, provenance, registry
 from bench.errors import UserError
+from bench.kernels.graphs import capture
+from bench.kernels.timer import device_timer, median_iqr, versions
+from bench.results import atomic_write_frame
 
 # ------------------------------------------------------------------------------------------ the interfaces
 
@@ -300,8 +304,6 @@ def _import(name: str):
 
 def resolve(cfg: SpeedConfig):
     """(task spec, speed module, arch, [(method name, forcer class, method config class)]) or UserError."""
-    from bench import registry
-
     task = registry.task_spec(cfg.task)
     module = _import(speed_module(task))
     if module is None or not hasattr(module, "ARCHS"):
@@ -359,8 +361,7 @@ def prepare(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = prin
 
     import torch
 
-    from bench import cost, provenance
-    from bench.kernels import bench as kernel_bench
+    from bench import cost  # imports torch: not at the module's import (``bench speed --help``)
 
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise UserError("speed: device=cuda but no CUDA device is available; use device=cpu")
@@ -389,7 +390,7 @@ def prepare(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = prin
     run_id = (dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
               + f"-{cfg.device}-{cfg.dtype}-{cfg.task}-{cfg.arch}-b{cfg.batch}"
               + (f"-t{cfg.threads}" if not gpu else ""))
-    torch_version, triton_version = kernel_bench._versions()
+    torch_version, triton_version = versions()
     base = {"run_id": run_id, "task": cfg.task, "arch": cfg.arch, "tokens": backbone.tokens,
             "device": cfg.device, "device_name": provenance.device_name(cfg.device), "dtype": cfg.dtype,
             "threads": cfg.threads if not gpu else math.nan, "batch": cfg.batch, "rounds": cfg.rounds,
@@ -431,16 +432,11 @@ def prepare(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = prin
 
 def run(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = print) -> list[dict]:
     """Measure every point; returns the rows (nothing written).  Errors: UserError (one line)."""
-    from types import SimpleNamespace
-
     import torch
-
-    from bench.kernels import bench as kernel_bench
 
     points, base, dense_macs = prepare(cfg, argv, log)
     gpu = cfg.device == "cuda"
-    timer = kernel_bench._timer(SimpleNamespace(device=cfg.device, min_run_s=base["min_run_s"],
-                                                threads=cfg.threads, quick=False), torch)
+    timer = device_timer(cfg.device, base["min_run_s"], cfg.threads)
     with torch.inference_mode():
         rows: list[dict] = []
         if not gpu:
@@ -460,13 +456,11 @@ def run(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = print) -
             log(f"round {r + 1}/{cfg.rounds}: {len(points)} points, {time.perf_counter() - start:.1f} s, "
                 f"load {os.getloadavg()[0]:.2f}")
         base["load_after"] = os.getloadavg()[0]
-    return rows + _rows(points, base, dense_macs, kernel_bench._median_iqr)
+    return rows + _rows(points, base, dense_macs)
 
 
 def _add_graphs(points: list[Point], base: dict, torch) -> list[dict]:  # pragma: no cover - needs CUDA
     """Capture every eager point as a CUDA graph (a point that syncs with the host fails: recorded)."""
-    from bench.kernels.graphs import capture
-
     failed = []
     for point in list(points):
         try:
@@ -478,7 +472,7 @@ def _add_graphs(points: list[Point], base: dict, torch) -> list[dict]:  # pragma
     return failed
 
 
-def _rows(points: list[Point], base: dict, dense_macs: float, median_iqr) -> list[dict]:
+def _rows(points: list[Point], base: dict, dense_macs: float) -> list[dict]:
     rows = []
     for point in points:
         dense = next(p for p in points if p.method == "dense" and p.graph == point.graph)
@@ -504,33 +498,29 @@ def write(rows: list[dict], results_dir: str | Path) -> list[Path]:
     """One file per point: ``<results_dir>/speed/<run_id>/<method>_f<fraction>[_graph].csv`` (atomic)."""
     import pandas as pd
 
-    from bench.results import atomic_write_frame
-
-    paths = []
+    written = []
     for row in rows:
         frame = pd.DataFrame([{c: row.get(c, math.nan) for c in COLUMNS}], columns=COLUMNS)
         name = f"{row['method']}_f{row['fraction']:g}" + ("_graph" if row.get("cuda_graph") else "")
         path = Path(results_dir) / "speed" / row["run_id"] / f"{name}.csv"
         atomic_write_frame(path, frame)
-        paths.append(path)
-    return paths
+        written.append(path)
+    return written
 
 
 def load_rows(results_dir: str | Path = "results"):
     """Every speed row under ``results_dir/speed`` (an empty frame when there are none)."""
     import pandas as pd
 
-    paths = sorted(p for p in (Path(results_dir) / "speed").glob("*/*.csv") if not p.name.startswith("."))
-    if not paths:
+    files = sorted(p for p in (Path(results_dir) / "speed").glob("*/*.csv") if not p.name.startswith("."))
+    if not files:
         return pd.DataFrame(columns=COLUMNS)
-    frame = pd.concat([pd.read_csv(p, keep_default_na=False, na_values=[""]) for p in paths], ignore_index=True)
+    frame = pd.concat([pd.read_csv(p, keep_default_na=False, na_values=[""]) for p in files], ignore_index=True)
     return frame.reindex(columns=COLUMNS)  # rows of earlier versions lack later columns (NaN)
 
 
 def main(args: list[str]) -> int:
     """The verb: parse, measure, write, print a summary.  UserError propagates (the CLI prints one line)."""
-    from bench import paths
-
     cfg = parse(args)
     paths.check_writable("results_dir", cfg.results_dir)
     rows = run(cfg, args)

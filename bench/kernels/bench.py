@@ -55,6 +55,8 @@ from typing import Callable
 
 import numpy as np
 
+from bench.kernels.timer import device_timer, gemm_peak_tflops, median_iqr, versions
+
 DENSE = "dense_eager"
 COMPILE = "dense_compile"
 IDEAL = "ideal_narrow"
@@ -237,66 +239,6 @@ def _acm_fn(name: str, prepared=None, gather: str = "once"):
 # ---------------------------------------------------------------- timing
 
 
-def _timer(opts, torch) -> Callable[[Callable[[], object]], list[float]]:
-    """A function returning per-call times (seconds) of ``fn``: several samples."""
-    if opts.device == "cuda":
-        try:
-            from triton.testing import do_bench
-        except ImportError:  # pragma: no cover - GPU without triton
-            do_bench = None
-        rep_ms = max(1, int(opts.min_run_s * 1e3))
-
-        def gpu_times(fn):
-            if do_bench is not None:
-                return [t / 1e3 for t in do_bench(fn, warmup=25, rep=rep_ms, return_mode="all")]
-            return _cuda_event_times(torch, fn, rep_ms)
-
-        return gpu_times
-
-    from torch.utils import benchmark
-
-    def cpu_times(fn):
-        timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=opts.threads)
-        if opts.quick:  # smoke test: a few fixed-size blocks, no block-size estimation
-            return [timer.timeit(number=2).median for _ in range(3)]
-        return list(timer.blocked_autorange(min_run_time=opts.min_run_s).times)
-
-    return cpu_times
-
-
-def _cuda_event_times(torch, fn, rep_ms: int) -> list[float]:  # pragma: no cover - needs a GPU
-    """CUDA events around each call, L2 flushed (256 MB write) before each, after a warm-up."""
-    flush = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device="cuda")
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    times, spent = [], 0.0
-    while spent < rep_ms / 1e3 or len(times) < 10:
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-        spent += times[-1]
-    return times
-
-
-def _median_iqr(samples: list[float]) -> tuple[float, float]:
-    arr = np.asarray(samples, dtype=float)
-    q25, q50, q75 = np.percentile(arr, [25, 50, 75])
-    return float(q50), float(q75 - q25)
-
-
-def _gpu_peak_tflops(torch, timer) -> float:  # pragma: no cover - needs a GPU
-    n = 8192
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    med, _ = _median_iqr(timer(lambda: a @ b))
-    return 2 * n ** 3 / med / 1e12
-
-
 # ---------------------------------------------------------------- fitting
 
 
@@ -368,18 +310,6 @@ def refit(rows_csv: Path | str, reports_dir: Path | str | None = None):
 # ---------------------------------------------------------------- the benchmark
 
 
-def _versions() -> tuple[str, str]:
-    from importlib import metadata
-
-    import torch
-
-    try:
-        triton_version = metadata.version("triton")
-    except metadata.PackageNotFoundError:
-        triton_version = ""
-    return torch.__version__, triton_version
-
-
 def _gate_flop(opts, tokens: int) -> int:
     n = opts.n_learners + 1
     return 2 * tokens * (opts.d * GATE_HIDDEN + GATE_HIDDEN * GATE_HIDDEN + GATE_HIDDEN * n)
@@ -398,14 +328,14 @@ def run(opts: argparse.Namespace) -> tuple[list[dict], dict]:
         torch.set_num_threads(opts.threads)
     gpu = opts.device == "cuda"
     graphs = gpu and not getattr(opts, "no_cuda_graphs", False)
-    timer = _timer(opts, torch)
+    timer = device_timer(opts.device, opts.min_run_s, opts.threads, opts.quick)
     dense, gate, (w1, b1, w2) = _build(opts, torch, dtype, device)
     hidden = opts.n_learners * opts.width
     rng = random.Random(opts.seed)
-    torch_version, triton_version = _versions()
+    torch_version, triton_version = versions()
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{opts.device}-{opts.dtype}"
     info = {"run_id": run_id, "compile_status": "not requested", "peak_tflops": math.nan, "sync_check": ""}
-    peak = _gpu_peak_tflops(torch, timer) if gpu else math.nan
+    peak = gemm_peak_tflops(timer) if gpu else math.nan
     info["peak_tflops"] = peak
 
     compiled = None
@@ -509,7 +439,7 @@ def run(opts: argparse.Namespace) -> tuple[list[dict], dict]:
                 print(f"batch {batch}: round {r + 1}/{opts.rounds}, {len(schedule)} points, "
                       f"{time.perf_counter() - start:.1f} s", flush=True)
         for key, (_, fields) in points.items():
-            med, iqr = _median_iqr(samples[key])
+            med, iqr = median_iqr(samples[key])
             config = triton_config if base_variant(fields["variant"]) == "acm_triton" else ""
             rows.append({**base, "batch": batch, **fields, "median_ms": med * 1e3, "iqr_ms": iqr * 1e3,
                          "min_ms": min(samples[key]) * 1e3, "n_samples": len(samples[key]),
