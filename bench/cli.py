@@ -6,12 +6,13 @@ Heavy modules (torch, pandas, matplotlib) are imported only inside the verbs tha
 
 from __future__ import annotations
 
+import importlib
 import sys
-from pathlib import Path
 
-from bench import registry, signals
+from bench import config, devices, paths, registry, signals
 from bench.config import ConfigError
-from bench.errors import UserError
+from bench.errors import UserError, near_matches
+from bench.params import field_help
 
 USAGE = """usage: python -m bench <verb> [args]
 
@@ -25,7 +26,7 @@ verbs:
   ls [plugins=[pkg.module,...]]
         run-level keys, registered methods and tasks (with plugins), their config keys, the method x task matrix
   kernels [--help]
-        ACM kernel latency benchmark (latency vs executed fraction against linear scaling)
+        the kernel latency benchmark a method registers (latency vs executed fraction against linear scaling)
   speed method=<m>[,<m>...] task=<t> arch=<a> fraction=<f>[,...] batch=<b> threads=<n> [key=value ...]
         each method's real path at a paper's model size with forced decisions, timed against the dense
         backbone in the same process; rows go to results/speed/<run_id>/ (`speed --help` lists the keys)
@@ -122,7 +123,7 @@ def _run_composed(overrides: list[str]) -> int:
     ``@hydra.main``, no output directory; hydra#2038) and runs it; rank 0 writes the rows."""
     import os
 
-    from bench import config, runner
+    from bench import runner
 
     _log_setup()
     cfg = config.compose(overrides)
@@ -160,8 +161,6 @@ def _hydra_task(cfg) -> None:
 
 def _defaults_note(overrides: list[str]) -> None:
     """Say which method/task a run uses when the command line does not name it (no silent default)."""
-    from bench import config
-
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
     for group, default in (("method", config.DEFAULT_METHOD), ("task", config.DEFAULT_TASK)):
         if group not in given:
@@ -169,8 +168,6 @@ def _defaults_note(overrides: list[str]) -> None:
 
 
 def cmd_run(args: list[str]) -> int:
-    from bench import config, devices, paths
-
     if any(a in ("--help", "-h") for a in args):
         print(USAGE)
         return 0
@@ -219,9 +216,6 @@ def recipe_lines(spec: registry.MethodSpec, tasks: dict[str, registry.TaskSpec])
 
 
 def cmd_ls(args: list[str]) -> int:
-    from bench import config
-    from bench.params import field_help
-
     if any(a in ("--help", "-h") for a in args):
         print("usage: python -m bench ls [plugins=[pkg.module,...]]\n"
               "  run-level keys, methods, tasks (built-in and plugins), their keys and the method x task matrix")
@@ -300,34 +294,22 @@ def cmd_report(args: list[str]) -> int:
     return 0
 
 
+def kernel_benchmark():
+    """The module of the kernel benchmark a method registers (``MethodSpec.kernels``); ConfigError (one line)
+    when no method, or more than one, registers one."""
+    owners = {name: spec.kernels for name, spec in registry.methods().items() if spec.kernels}
+    if len(owners) != 1:
+        said = f"methods {', '.join(owners)} each register one" if owners else "no method registers one"
+        raise ConfigError(f"kernels: no kernel benchmark to run: {said} (MethodSpec.kernels)")
+    return importlib.import_module(next(iter(owners.values())))
+
+
 def cmd_kernels(args: list[str]) -> int:
     """Check the arguments the way ``run`` does (one line, exit 2), then hand them to the benchmark."""
-    from bench.kernels import bench as kernel_bench
-
     try:
-        opts = parse_one_line(kernel_bench._parser(), args, "kernels")
-        bad = [f for f in opts.fractions if not 0.0 <= f <= 1.0]
-        if bad:
-            raise ConfigError(f"kernels: --fractions must lie in [0, 1], got {', '.join(f'{f:g}' for f in bad)}")
-        for flag, value in (("--rounds", opts.rounds), ("--threads", opts.threads), ("--tokens", opts.tokens),
-                            ("--d", opts.d), ("--n-learners", opts.n_learners)):
-            if value < 1:
-                raise ConfigError(f"kernels: {flag} must be >= 1, got {value}")
-        if any(b < 1 for b in opts.batch or []):
-            raise ConfigError(f"kernels: --batch sizes must be >= 1, got {opts.batch}")
-        if opts.refit and not Path(opts.refit).is_file():
-            raise ConfigError(f"kernels: --refit {opts.refit}: no such rows file; give a results/kernels/<id>.csv")
-        if opts.device == "cuda":
-            import torch
-
-            if not torch.cuda.is_available():
-                raise ConfigError("kernels: --device cuda but no CUDA device is available; use --device cpu")
-        if not opts.refit:
-            from bench import paths
-
-            paths.check_writable("--results-dir", opts.results_dir)
-            if not opts.no_plot:
-                paths.check_writable("--reports-dir", opts.reports_dir)
+        kernel_bench = kernel_benchmark()
+        opts = parse_one_line(kernel_bench.parser(), args, "kernels")
+        kernel_bench.check(opts)
     except UserError as err:
         return fail(str(err))
     return kernel_bench.main(args)
@@ -359,8 +341,6 @@ def main(argv: list[str] | None = None) -> int:
     verb, rest = argv[0], argv[1:]
     signals.handle_sigterm()
     if verb not in VERBS:
-        from bench.errors import near_matches
-
         near = near_matches(verb, VERBS, n=1)
         hint = f"; did you mean '{near[0]}'?" if near else ""
         return fail(f"unknown verb '{verb}'{hint} valid: {', '.join(VERBS)}")

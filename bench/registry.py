@@ -95,6 +95,14 @@ class MethodSpec:
     # The paper's training recipe: paper_recipe(task capabilities, the base's training steps) -> a
     # bench.recipes.Recipe, or None when the method declares none (``recipe=paper`` is then refused).
     paper_recipe: Callable[[tuple[str, ...], int], Any] = field(default=lambda capabilities, base_steps: None)
+    # `bench kernels`: the module of the method's kernel benchmark ("" = none), with ``parser()`` (the verb's
+    # argparse parser), ``check(opts)`` (what the parser cannot check; a UserError of one line) and
+    # ``main(argv) -> int``; one method at most registers one.
+    kernels: str = ""
+    # `bench report`: "module:function" drawing the kernel benchmark's page from its rows, taking (results_dir,
+    # reports_dir) (two Paths) and returning the paths it wrote ([] when there are no rows).  Apart from
+    # ``kernels``, so that the benchmark (a producer of rows) never imports the report.
+    kernel_page: str = ""
 
 
 def requires_backbone(kind: str | tuple[str, ...], reason: str) -> Callable[[TaskSpec, Any], str | None]:

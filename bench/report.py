@@ -55,26 +55,13 @@ def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[st
 
 
 def kernel_report(results_dir: Path, reports_dir: Path) -> list[str]:
-    """The ACM kernel figure and fit table from the latest ``bench kernels`` run, if there is one."""
-    from bench.kernels import bench as kernel_bench
-
-    rows = kernel_bench.load_kernel_rows(results_dir)
-    if rows.empty:
-        return []
-    latest = rows[rows["run_id"] == rows.sort_values("timestamp")["run_id"].iloc[-1]]
-    figure = kernel_bench.plot_kernel_rows(latest, reports_dir / "kernel_latency.png")
-    columns = ["batch", "k_mode", "variant", "baseline", "statistic", "n_points", "intercept", "slope", "r2",
-               "max_residual", "t025_rel", "t1_rel"]
-    fits = kernel_bench.fit_rows(latest)[columns]
-    table = reports_dir / "kernel_fit.md"
-    header = columns
-    body = [[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row] for row in fits.itertuples(index=False)]
-    results.atomic_write_text(table, "# ACM kernel: T(f) = a + b*f fits (relative to the dense MLP)\n\n"
-                              f"Latest run: `{latest['command'].iloc[0]}` on {latest['device_name'].iloc[0]}, "
-                              f"git {str(latest['git_sha'].iloc[0])[:10]}.\n\n"
-                              f"![ACM kernel latency against the routed fraction]({Path(figure).name})\n\n"
-                              + markdown_table(header, body) + "\n")
-    return [str(figure), str(table)]
+    """The kernel pages of the methods that register one (``MethodSpec.kernel_page``), each from the rows of
+    its ``bench kernels`` runs; [] where there are none."""
+    written: list[str] = []
+    for spec in registry.methods().values():
+        if spec.kernel_page:
+            written += [str(p) for p in registry.load_impl(spec.kernel_page)(results_dir, reports_dir)]
+    return written
 
 
 def task_figures(view: TaskView, results_dir: Path, reports_dir: Path, stem: str) -> list[Path]:

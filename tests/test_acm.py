@@ -15,7 +15,7 @@ from torch import nn
 
 from bench import cost, protocol
 from bench.api import Batch, Task
-from bench.kernels.acm_torch import acm_reference_fp64
+from methods.acm.kernels.acm_torch import acm_reference_fp64
 from bench.models.transformer import Encoder, EncoderConfig
 from bench.run import RunContext
 from methods.acm import ACMConfig

@@ -11,15 +11,15 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from bench import cost  # noqa: E402
-from bench.kernels.acm_torch import acm_reference_fp64, acm_sorted, random_k  # noqa: E402
+from methods.acm.kernels.acm_torch import acm_reference_fp64, acm_sorted, random_k  # noqa: E402
 
 pytest.importorskip("triton")
 if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
     pytest.skip("Triton needs a GPU or TRITON_INTERPRET=1", allow_module_level=True)
 
-from bench.kernels import acm_ops  # noqa: E402
-from bench.kernels.acm_ops import acm_triton, acm_triton_prepared  # noqa: E402
-from bench.kernels.acm_triton import group_tokens, group_tokens_reference, prepare_weights  # noqa: E402
+from methods.acm.kernels import acm_ops  # noqa: E402
+from methods.acm.kernels.acm_ops import acm_triton, acm_triton_prepared  # noqa: E402
+from methods.acm.kernels.acm_triton import group_tokens, group_tokens_reference, prepare_weights  # noqa: E402
 
 DEV = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
 D, N, W = 32, 4, 16
@@ -198,7 +198,7 @@ def test_operators_compile_without_graph_breaks():
 def test_autotuning_runs_once_per_shape_on_the_full_width_workload(monkeypatch):
     """On a GPU the first call of a shape tunes on every token at k = N (not on the call's own k, which
     at f = 0 would make every tile exit and the smallest tiles win); later calls do not re-tune."""
-    from bench.kernels import acm_triton as kt
+    from methods.acm.kernels import acm_triton as kt
 
     calls = []
 
@@ -222,14 +222,14 @@ def test_autotuning_runs_once_per_shape_on_the_full_width_workload(monkeypatch):
 def test_benchmark_triton_callable_runs_on_weights_laid_out_once():
     """``bench kernels`` times acm_triton on weights prepared once; the nn.Linear weights it is passed are
     ignored (so no per-call layout work), in both gather modes."""
-    from bench.kernels import bench as kernel_bench
+    from methods.acm.kernels import bench as kernel_bench
 
     k = random_k(30, N, 0.5, torch.Generator().manual_seed(12)).to(DEV)
     x = tokens(30)
     w1, b1, w2 = layer()
     ref = acm_reference_fp64(x.cpu(), k.cpu(), w1.cpu(), b1.cpu(), w2.cpu(), W)
     for gather in ("once", "in_load"):
-        fn = kernel_bench._acm_fn("acm_triton", prepare_weights(w1, b1, w2), gather)
+        fn = kernel_bench.acm_fn("acm_triton", prepare_weights(w1, b1, w2), gather)
         out = fn(x, k, None, None, None, W, "gelu")
         torch.testing.assert_close(out.cpu().double(), ref, atol=1e-4, rtol=1e-4)
 
@@ -243,7 +243,7 @@ def test_the_operator_formulas_count_in_a_counter_built_before_they_were_registe
     code = ("import torch\nfrom bench import cost\nimport sys\n"
             "counter = cost.count_macs()\n"
             "assert not any(m.startswith('methods') for m in sys.modules)\n"
-            "from bench.kernels import acm_ops\n"
+            "from methods.acm.kernels import acm_ops\n"
             "x, k = torch.randn(3, 8), torch.tensor([0, 1, 2])\n"
             "w1, b1, w2 = torch.randn(2 * 4, 8), torch.randn(2 * 4), torch.randn(8, 2 * 4)\n"
             "with torch.inference_mode(), counter:\n"

@@ -84,7 +84,7 @@ def test_bench_dense_mlp(benchmark):
 @pytest.mark.parametrize("variant", ["acm_sorted", "acm_naive"])
 @pytest.mark.parametrize("fraction", [0.25, 1.0])
 def test_bench_acm_layer(benchmark, variant, fraction):
-    from bench.kernels import acm_torch
+    from methods.acm.kernels import acm_torch
 
     dense, (w1, b1, w2), x, n_learners, width = _acm_layer()
     k = acm_torch.random_k(x.shape[0], n_learners, fraction, torch.Generator().manual_seed(0))

@@ -6,7 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from bench.kernels import bench as kb
+from methods.acm.kernels import bench as kb
+from methods.acm.kernels import bench_rows
 
 
 @pytest.mark.parametrize("fraction", [i / 20 for i in range(21)])
@@ -29,7 +30,7 @@ def test_quick_run_ideal_rows_use_aligned_widths(tmp_path):
                   "--variants", "dense_eager", "ideal_narrow", "--batch", "1", "--no-plot",
                   "--results-dir", str(tmp_path)])
     assert rc == 0
-    rows = kb.load_kernel_rows(tmp_path)
+    rows = bench_rows.load_kernel_rows(tmp_path)
     ideal = rows[rows["variant"] == "ideal_narrow"]
     widths = ideal["executed_fraction"] * 64  # quick: N·w = 4 × 16 = 64 hidden units
     # 0.3·64 = 19.2 and 0.6·64 = 38.4 both round to 32: one point (x = the rounded fraction 0.5)
@@ -37,7 +38,7 @@ def test_quick_run_ideal_rows_use_aligned_widths(tmp_path):
     assert (ideal["ideal_align"] == 32).all()
 
 
-def _row(variant, batch, median, fraction=1.0, k_mode=kb.NO_K_MODE, gflop=1.0):
+def _row(variant, batch, median, fraction=1.0, k_mode=bench_rows.NO_K_MODE, gflop=1.0):
     return {"run_id": "r", "device": "cuda", "device_name": "gpu", "dtype": "bf16", "batch": batch,
             "main_batch": 128, "tokens": 197, "d": 768, "n_learners": 4, "width": 768, "activation": "gelu",
             "k_mode": k_mode, "variant": variant, "fraction": fraction, "executed_fraction": fraction,
@@ -52,18 +53,18 @@ def test_graph_variants_best_dense_ratio_and_peak_fraction():
         rows.append(_row("acm_triton", 128, 0.10 + 0.40 * f, f, "iid", gflop=200 * f))
         rows.append(_row("acm_triton@graph", 128, 0.02 + 0.38 * f, f, "iid", gflop=200 * f))
     rows.append({**_row("acm_sorted@graph", 128, math.nan), "status": "capture failed: x"})
-    frame = kb._finish_rows(rows)
+    frame = bench_rows.finish_rows(rows)
     graph = frame[frame["variant"] == "acm_triton@graph"].set_index("fraction")
     assert graph.loc[1.0, "rel_to_best_dense"] == pytest.approx(0.40 / 0.40)
     assert graph.loc[0.5, "rel_to_dense"] == pytest.approx(0.21 / 0.50)
     eager = frame[frame["variant"] == "acm_triton"].set_index("fraction")
     assert eager.loc[1.0, "achieved_tflops"] == pytest.approx(200 / 0.50)
     assert eager.loc[1.0, "pct_of_peak"] == pytest.approx(100 * 400 / 500)
-    fits = kb.fit_rows(frame)
-    best = fits[(fits["variant"] == "acm_triton@graph") & (fits["baseline"] == kb.BEST_DENSE)].iloc[0]
+    fits = bench_rows.fit_rows(frame)
+    best = fits[(fits["variant"] == "acm_triton@graph") & (fits["baseline"] == bench_rows.BEST_DENSE)].iloc[0]
     assert best["intercept"] == pytest.approx(0.02 / 0.40) and best["slope"] == pytest.approx(0.38 / 0.40)
     assert best["r2"] == pytest.approx(1.0)
     assert "acm_sorted@graph" not in set(fits["variant"])  # failed captures are rows, not fit points
     assert set(fits.loc[fits["variant"] == "acm_triton", "baseline"]) == {"dense_eager", "dense_compile",
-                                                                            kb.BEST_DENSE}
+                                                                            bench_rows.BEST_DENSE}
     assert isinstance(frame, pd.DataFrame)

@@ -15,7 +15,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel module is im
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from bench.kernels.acm_torch import (  # noqa: E402
+from methods.acm.kernels.acm_torch import (  # noqa: E402
     ACTIVATIONS, acm_cpu, acm_masked, acm_naive, acm_prefix, acm_reference_fp64, acm_sorted, random_k,
 )
 
@@ -94,7 +94,7 @@ def test_sorted_is_batch_invariant():
 
 def test_cpu_path_picks_prefix_for_small_groups(monkeypatch):
     """acm_cpu: the prefix arrangement when some group of equal k >= 1 is small, the sorted one otherwise."""
-    from bench.kernels import acm_torch
+    from methods.acm.kernels import acm_torch
 
     calls = []
     monkeypatch.setattr(acm_torch, "_prefix", lambda *a: calls.append("prefix"))
@@ -154,7 +154,7 @@ def _triton_kernel():
     pytest.importorskip("triton")
     if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
         pytest.skip("Triton needs a GPU or TRITON_INTERPRET=1")
-    from bench.kernels.acm_ops import acm_triton
+    from methods.acm.kernels.acm_ops import acm_triton
 
     return acm_triton
 
@@ -211,7 +211,8 @@ def test_triton_odd_shapes():
 def test_benchmark_quick(tmp_path):
     import pandas as pd
 
-    from bench.kernels import bench as kernel_bench
+    from methods.acm.kernels import bench as kernel_bench
+    from methods.acm.kernels import bench_rows
 
     rc = kernel_bench.main(["--quick", "--results-dir", str(tmp_path / "results"),
                             "--reports-dir", str(tmp_path / "reports")])
@@ -230,9 +231,9 @@ def test_benchmark_quick(tmp_path):
     assert set(fit["statistic"]) == {"median", "min"}
     # redrawable and refittable from the rows alone
     again = tmp_path / "again.png"
-    kernel_bench.plot_kernel_rows(kernel_bench.load_kernel_rows(tmp_path / "results"), again)
+    bench_rows.plot_kernel_rows(bench_rows.load_kernel_rows(tmp_path / "results"), again)
     assert again.exists()
-    _, refit = kernel_bench.refit(data[0])
+    _, refit = bench_rows.refit(data[0])
     pd.testing.assert_frame_equal(refit.reset_index(drop=True), pd.read_csv(fits[0]), check_dtype=False)
     # `bench report` draws the kernel figure and fit table even when no task rows exist yet
     from bench import report
@@ -246,7 +247,7 @@ def test_benchmark_quick(tmp_path):
 
 
 def test_fit_line_exact():
-    from bench.kernels.bench import fit_line
+    from methods.acm.kernels.bench_rows import fit_line
 
     x = [0.0, 0.1, 0.5, 1.0]
     fit = fit_line(x, [0.05 + 0.9 * v for v in x])

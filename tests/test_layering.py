@@ -46,7 +46,7 @@ def test_kernel_benchmark_draws_without_loading_the_report(tmp_path):
     """Importing the kernel benchmark and drawing its figure from rows leaves the report unloaded."""
     code = (
         "import sys\n"
-        "import bench.kernels.bench as kb\n"
+        "import methods.acm.kernels.bench as kb\n"
         "from bench.figures import save_figure\n"
         "import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt\n"
         "fig = plt.figure(); save_figure(fig, __import__('pathlib').Path(sys.argv[1]))\n"

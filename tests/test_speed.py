@@ -203,12 +203,12 @@ def test_bad_input_one_line(tmp_path, capsys, bad, message):
 def test_acm_triton_path_under_forced_learners(monkeypatch):
     """The CUDA path of an ACM (the Triton kernel, interpreted on CPU) runs exactly the forced learners:
     same output as the sorted path, and the counter (through the operator's formula) equals the log."""
-    from bench.kernels.acm_torch import triton_available
+    from methods.acm.kernels.acm_torch import triton_available
     from methods.acm import modules as M
 
     if not triton_available():
         pytest.skip("Triton needs a GPU or TRITON_INTERPRET=1")
-    from bench.kernels.acm_ops import acm_triton
+    from methods.acm.kernels.acm_ops import acm_triton
 
     forcer, model, backbone = _forcer("acm")
     gen = torch.Generator().manual_seed(2)

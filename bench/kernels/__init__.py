@@ -1,1 +1,2 @@
-"""Conditional-computation kernels: PyTorch reference paths and the optional Triton ACM kernel."""
+"""What the harness times kernels and models with: the device timer (``timer``) and CUDA-graph capture
+(``graphs``).  A method's own kernels live with the method (e.g. ``methods/acm/kernels``)."""

@@ -75,4 +75,6 @@ SPEC = register_method(MethodSpec(
     test_overrides=("acm.min_distill_steps=2", "acm.min_gate_steps=2"),
     figures="methods.acm.figures:figures",
     paper_recipe=paper_recipe,
+    kernels="methods.acm.kernels.bench",
+    kernel_page="methods.acm.kernels.page:kernel_page",
 ))

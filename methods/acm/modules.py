@@ -3,7 +3,7 @@ conversion of a skeleton Encoder, the stage-3 auxiliary losses, and the per-samp
 
 Layer (paper §"Adaptive Computation Module"): N learners s_1..s_N and a gate;
 token z running k learners outputs h(z, k) = Σ_{n≤k} s_n(z).  Learner n is the slice [n·w, (n+1)·w) of
-ONE MLP (the layout of bench/kernels/acm_torch.py):
+ONE MLP (the layout of methods/acm/kernels/acm_torch.py):
 
     fc1 = nn.Linear(d, N·w)              hidden bias: yes
     fc2 = nn.Linear(N·w, d, bias=False)  no output bias (the paper removes learners' output biases)
@@ -56,9 +56,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bench.kernels.acm_ops import acm_triton
-from bench.kernels.acm_torch import acm_cpu, acm_masked, acm_naive
 from bench.models.transformer import MLP, Attention, Block, Encoder, _module_macs, attention_core_macs, linear_macs
+from methods.acm.kernels.acm_ops import acm_triton
+from methods.acm.kernels.acm_torch import acm_cpu, acm_masked, acm_naive
 
 PROJECTIONS = ("q", "k", "v", "o")
 

@@ -12,7 +12,7 @@ Why operators (``torch.library.custom_op``):
 - **torch.compile** traces each operator as one opaque node through its fake (meta) implementation
   (output: a new tensor of x's shape and dtype), so neither the sorted path's host sync nor the Triton
   launch breaks the graph.  ``torch.library.opcheck`` checks the registrations.
-- **CUDA graphs**: ``acm_triton`` has no host sync by construction (see :mod:`bench.kernels.acm_triton`);
+- **CUDA graphs**: ``acm_triton`` has no host sync by construction (see :mod:`methods.acm.kernels.acm_triton`);
   ``acm_sorted`` reads group sizes back to the host and cannot be captured.
 
 Neither operator has an autograd formula: both are inference paths (the ACM layer trains through the
@@ -28,17 +28,17 @@ import torch
 from torch import Tensor
 
 from bench.cost import register_op
-from bench.kernels.acm_torch import acm_sorted
+from methods.acm.kernels.acm_torch import acm_sorted
 
 if TYPE_CHECKING:
-    from bench.kernels.acm_triton import ACMWeights
+    from methods.acm.kernels.acm_triton import ACMWeights
 
 
 @torch.library.custom_op("bench::acm_triton", mutates_args=())
 def acm_triton_op(x: Tensor, k: Tensor, w_up: Tensor, b1: Optional[Tensor], w_down: Tensor, width: int,
                   activation: str, gather_x: bool) -> Tensor:
     """Triton ACM forward; weights as [K, N] operands (w_up [d, N·w], w_down [N·w, d])."""
-    from bench.kernels.acm_triton import acm_triton_forward
+    from methods.acm.kernels.acm_triton import acm_triton_forward
 
     return acm_triton_forward(x, k, w_up, b1, w_down, width, activation, gather_x)
 

@@ -2,7 +2,7 @@
 
     y_t = W2[:, :k_t·w] · act(W1[:k_t·w, :] · x_t + b1[:k_t·w])          (k_t = 0 → y_t = 0)
 
-Layout and semantics as in :mod:`bench.kernels.acm_torch` (same signature as its paths).
+Layout and semantics as in :mod:`methods.acm.kernels.acm_torch` (same signature as its paths).
 
 How it runs (no host synchronisation anywhere on this path once a shape has been tuned):
 
@@ -39,8 +39,9 @@ prepared model (the kernel benchmark).  Which layout is faster on Hopper has not
 
 Operator: the forward is registered as ``torch.ops.bench.acm_triton`` (``torch.library.custom_op``) with a
 fake (meta) implementation, so ``torch.compile`` traces it as one opaque node (no graph break), and with a
-MAC formula for ``torch.utils.flop_counter`` (:mod:`bench.kernels.acm_ops`): the dispatch-level counter
-of :mod:`bench.cost` sees the launch and counts 2·w·d MACs per executed learner, from the executed k.
+MAC formula registered with :func:`bench.cost.register_op` (:mod:`methods.acm.kernels.acm_ops`): the
+dispatch-level counter of :mod:`bench.cost` sees the launch and counts 2·w·d MACs per executed learner, from
+the executed k.
 
 CUDA graphs: no host syncs by construction (grid from T and N only, grouping on device, output
 allocated by shape), so a warmed-up forward can be captured.  The autotuner benchmarks configurations
@@ -70,7 +71,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from bench.kernels.acm_torch import _check
+from methods.acm.kernels.acm_torch import check_shapes
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
@@ -409,7 +410,7 @@ def acm_triton_forward(x: Tensor, k: Tensor, w_up: Tensor, b1: Tensor | None, w_
     ``w_down`` [N·w, d], any strides).  ``k`` (any integer dtype) is clamped to [0, N] on device."""
     if w_up.dim() != 2 or w_down.dim() != 2:
         raise ValueError("w_up and w_down must be 2-D")
-    _check(x, k, w_up.t(), b1, w_down.t(), width)
+    check_shapes(x, k, w_up.t(), b1, w_down.t(), width)
     if activation not in _ACT_CODES:
         raise ValueError(f"unknown activation {activation!r}; expected one of {tuple(_ACT_CODES)}")
     if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):

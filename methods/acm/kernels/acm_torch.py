@@ -22,7 +22,7 @@ All paths share the signature ``f(x [T, d], k [T] long, w1, b1, w2, width, activ
   rounding of a GEMM run on a different number of rows).
   **Host syncs**: the group sizes come back to the host (``bincount(...).tolist()``) to slice the rows and
   size the GEMMs; that is one device→host synchronisation per call.  The Triton kernel
-  (:mod:`bench.kernels.acm_triton`) avoids it: grouping happens on device and the grid is sized from
+  (:mod:`methods.acm.kernels.acm_triton`) avoids it: grouping happens on device and the grid is sized from
   host-known worst cases.
 - :func:`acm_prefix`: tokens sorted by k; learner n runs on the contiguous prefix of tokens with k > n
   (N GEMM pairs with many rows, accumulated in place): the same work as the sorted path in shapes a CPU
@@ -62,7 +62,7 @@ def _act(h: Tensor, activation: str) -> Tensor:
     raise ValueError(f"unknown activation {activation!r}; expected one of {ACTIVATIONS}")
 
 
-def _check(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, width: int) -> int:
+def check_shapes(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, width: int) -> int:
     """Validate shapes; return the number of learners N."""
     if x.dim() != 2 or k.dim() != 1 or k.shape[0] != x.shape[0]:
         raise ValueError(f"expected x [T, d] and k [T]; got {tuple(x.shape)} and {tuple(k.shape)}")
@@ -79,7 +79,7 @@ def _check(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, widt
 def acm_masked(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, width: int,
                activation: str = "gelu") -> Tensor:
     """All N·w hidden units for every token, units ≥ k_t·w zeroed after the activation (dense cost)."""
-    n = _check(x, k, w1, b1, w2, width)
+    n = check_shapes(x, k, w1, b1, w2, width)
     h = _act(F.linear(x, w1, b1), activation)
     keep = torch.arange(n * width, device=x.device) < (k.to(x.device) * width).unsqueeze(1)
     return F.linear(h * keep.to(h.dtype), w2)
@@ -88,7 +88,7 @@ def acm_masked(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, 
 def acm_naive(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, width: int,
               activation: str = "gelu") -> Tensor:
     """Loop over learners: gather tokens with k > n, run learner n's slice, ``index_add_`` back."""
-    n_learners = _check(x, k, w1, b1, w2, width)
+    n_learners = check_shapes(x, k, w1, b1, w2, width)
     y = torch.zeros_like(x)
     k = k.to(x.device)
     for n in range(n_learners):
@@ -107,7 +107,7 @@ def acm_sorted(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, 
     k = 0 are never gathered nor computed: their output rows are zero-filled.  When every token has the
     same k the sort, gather and scatter are skipped (one GEMM pair on x as it is).
     """
-    n_learners = _check(x, k, w1, b1, w2, width)
+    n_learners = check_shapes(x, k, w1, b1, w2, width)
     k = k.to(x.device)
     sizes = torch.bincount(k, minlength=n_learners + 1).tolist()  # host sync (the Triton path avoids it)
     return _sorted(x, k, w1, b1, w2, width, activation, sizes)
@@ -155,7 +155,7 @@ def acm_prefix(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, 
     learner: a prefix of the sorted rows is a contiguous view.  One host sync (the group sizes), like the
     sorted path; every token computing the same k takes the sorted path's single-GEMM shortcut.
     """
-    n_learners = _check(x, k, w1, b1, w2, width)
+    n_learners = check_shapes(x, k, w1, b1, w2, width)
     k = k.to(x.device)
     sizes = torch.bincount(k, minlength=n_learners + 1).tolist()  # host sync
     return _prefix(x, k, w1, b1, w2, width, activation, sizes)
@@ -197,7 +197,7 @@ def acm_cpu(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, wid
     ``SMALL_GROUP`` tokens (a batch of one ViT-B image: every group), else :func:`acm_sorted` (large
     batches: every group GEMM is large; measured there the two are within noise of each other, the sorted
     path ahead at low fractions).  Same work either way; one host sync (the group sizes)."""
-    n_learners = _check(x, k, w1, b1, w2, width)
+    n_learners = check_shapes(x, k, w1, b1, w2, width)
     k = k.to(x.device)
     sizes = torch.bincount(k, minlength=n_learners + 1).tolist()  # host sync
     small = any(0 < size < SMALL_GROUP for size in sizes[1:])
@@ -207,7 +207,7 @@ def acm_cpu(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, wid
 def acm_reference_fp64(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, width: int,
                        activation: str = "gelu") -> Tensor:
     """Per-token float64 reference (slow; tests only).  Returns float64 on x's device."""
-    _check(x, k, w1, b1, w2, width)
+    check_shapes(x, k, w1, b1, w2, width)
     xd, w1d, w2d = x.double(), w1.double(), w2.double()
     b1d = None if b1 is None else b1.double()
     y = torch.zeros_like(xd)
