@@ -1,6 +1,6 @@
 """The GPU suite's CPU side (scripts/gpu_suite.py): the dry run end to end, a failing step and a step past
 its limit recorded while the next steps still run, the budget split, the energy arithmetic on a simulated
-counter, unpacking the returned rows without overwriting, one-line errors, and ``device_pack.py --suite``."""
+counter (scripts/gpu_energy.py), unpacking the returned rows without overwriting, one-line errors, and ``device_pack.py --suite``."""
 
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ PY = sys.executable
 @pytest.fixture(scope="module")
 def gs():
     return load_script("gpu_suite")
+
+
+@pytest.fixture(scope="module")
+def ge(gs):
+    """The energy step (scripts/gpu_energy.py), as the suite imported it."""
+    return gs.gpu_energy
 
 
 def _summary(out: Path) -> dict:
@@ -173,14 +179,14 @@ def _fake_points(gpu):
 
 
 @pytest.mark.parametrize("window_s, flagged", [(5.0, False), (0.02, True)])
-def test_energy_per_sample_against_dense(gs, window_s, flagged):
+def test_energy_per_sample_against_dense(ge, window_s, flagged):
     gpu = FakeGPU(period=0.05)
     points = _fake_points(gpu)
-    period, idle = gs.baseline(gpu.read, lambda: None, gpu.clock, gpu.sleep, idle_s=1.0)
-    dense, method = gs.interleaved(points, lambda fn: gs.busy_window(fn, gpu.read, lambda: None, gpu.clock,
+    period, idle = ge.baseline(gpu.read, lambda: None, gpu.clock, gpu.sleep, idle_s=1.0)
+    dense, method = ge.interleaved(points, lambda fn: ge.busy_window(fn, gpu.read, lambda: None, gpu.clock,
                                                                      window_s))
     assert len(dense) == 2 and len(method) == 1  # dense, acm, dense
-    rows = gs.energy_rows(points, dense, method, idle, period, {"batch": 4, "run_id": "r"})
+    rows = ge.energy_rows(points, dense, method, idle, period, {"batch": 4, "run_id": "r"})
     assert period == pytest.approx(0.05) and rows[0]["idle_w"] == pytest.approx(10.0, rel=0.01)
     acm = rows[1]
     assert acm["macs_ratio"] == 0.5 and rows[0]["ratio"] == 1.0
@@ -193,21 +199,21 @@ def test_energy_per_sample_against_dense(gs, window_s, flagged):
         assert "dense_shorter_than_counter_period" in acm["flags"].split(";")
 
 
-def test_energy_step_writes_rows_from_a_given_counter(gs, tmp_path, monkeypatch):
+def test_energy_step_writes_rows_from_a_given_counter(gs, ge, tmp_path, monkeypatch):
     import torch
 
-    monkeypatch.setattr(gs, "MIN_WINDOW_S", 0.01)
+    monkeypatch.setattr(ge, "MIN_WINDOW_S", 0.01)
     argv = ["energy", "--device", "cpu", "--dtype", "fp32", "--arch", "tiny", "--batch", "2", "--methods",
             "acm,early_exit", "--fractions", "0.5", "--window-s", "0.02", "--idle-s", "0.02",
             "--results-dir", str(tmp_path / "results")]
     args = gs.parser().parse_args(argv)
     args.argv = argv[1:]
-    assert gs.cmd_energy(args, counter=(torch, lambda: 30.0 * time.perf_counter(), lambda: None)) == 0
+    assert ge.cmd_energy(args, counter=(torch, lambda: 30.0 * time.perf_counter(), lambda: None)) == 0
     import pandas as pd
 
     (path,) = (tmp_path / "results" / "energy").glob("*.csv")
     rows = pd.read_csv(path, keep_default_na=False)
-    assert list(rows.columns) == gs.ENERGY_COLUMNS and list(rows["method"]) == ["dense", "acm", "early_exit"]
+    assert list(rows.columns) == ge.ENERGY_COLUMNS and list(rows["method"]) == ["dense", "acm", "early_exit"]
     assert path.stem.endswith("-energy") and (rows["energy_source"] == "given counter").all()
     assert (rows["dtype"] == "fp32").all() and (rows["batch"] == 2).all()
 
