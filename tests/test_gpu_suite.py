@@ -1,6 +1,7 @@
 """The GPU suite's CPU side (scripts/gpu_suite.py): the dry run end to end, a failing step and a step past
 its limit recorded while the next steps still run, the budget split, the energy arithmetic on a simulated
-counter (scripts/gpu_energy.py), unpacking the returned rows without overwriting, one-line errors, and ``device_pack.py --suite``."""
+counter (scripts/gpu_energy.py), unpacking the returned rows without overwriting, one-line errors, and
+``device_pack.py --suite``."""
 
 from __future__ import annotations
 

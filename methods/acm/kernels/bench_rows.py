@@ -147,7 +147,8 @@ def load_kernel_rows(results_dir: Path | str = "results"):
 _COLOURS = {"acm_naive": "tab:orange", "acm_sorted": "tab:blue", "acm_triton": "tab:red",
             "acm_masked": "tab:gray", IDEAL: "tab:green", COMPILE: "tab:purple"}
 _LABELS = {"acm_naive": "ACM (naive)", "acm_sorted": "ACM (sorted, PyTorch)", "acm_triton": "ACM (Triton)",
-           "acm_masked": "ACM (masked)", IDEAL: "narrow dense MLP (ideal, aligned width)", COMPILE: "dense MLP (torch.compile)"}
+           "acm_masked": "ACM (masked)", IDEAL: "narrow dense MLP (ideal, aligned width)",
+           COMPILE: "dense MLP (torch.compile)"}
 
 
 def plot_kernel_rows(rows_df, path: Path | str) -> Path:
