@@ -172,3 +172,18 @@ def test_one_error_family_and_bugs_keep_their_traceback(monkeypatch, tmp_path, c
     monkeypatch.setattr(report, "main", lambda *a: (_ for _ in ()).throw(ValueError("a bug")))
     with pytest.raises(ValueError, match="a bug"):
         cli.main(["report", "--results-dir", str(tmp_path)])
+
+
+def test_kernels_runs_the_benchmark_a_method_registers(monkeypatch, capsys):
+    """`bench kernels` finds its benchmark through the registry (MethodSpec.kernels, ACM's); with none
+    registered it says so in one line, exit 2."""
+    import dataclasses
+
+    from bench import cli, registry
+
+    assert cli.kernel_benchmark().__name__ == registry.method_spec("acm").kernels
+    methods = {name: dataclasses.replace(spec, kernels="") for name, spec in registry.methods().items()}
+    monkeypatch.setattr(registry, "methods", lambda: methods)
+    assert cli.main(["kernels", "--quick"]) == 2
+    assert capsys.readouterr().err == ("bench: error: kernels: no kernel benchmark to run: no method registers one "
+                                       "(MethodSpec.kernels)\n")
