@@ -17,8 +17,9 @@ import pandas as pd
 
 from bench import stats
 from bench.claims import HARNESS, Beats, Claim, Increases, Reaches, Select
-from bench.report_views import (NA, TaskView, _goodness, hull_draws, hull_vertices, knob_label, markdown_table,
-                          md_escape, quality_at_budget, row_fractions, write_page)
+from bench.report_frontier import goodness, hull_draws, hull_vertices, quality_at_budget
+from bench.report_page import NA, markdown_table, md_escape, write_page
+from bench.report_views import TaskView, knob_label, row_fractions
 
 HOLDS, FAILS, UNSURE = "holds", "does not hold", "inconclusive"
 UNTESTED = "not tested"  # no row matches a selection: nothing was compared
@@ -443,10 +444,10 @@ def _reaches(view: TaskView, check: Reaches, recipe: str | None = None) -> Check
     for idx, point in pts.iterrows():
         draws = view.unc.mean_draws(point["keys"])
         lo, hi = stats.interval(draws) if draws is not None else (math.nan, math.nan)
-        g = float(_goodness(point["quality"], hib))
+        g = float(goodness(point["quality"], hib))
         glo, ghi = (lo, hi) if hib else (-hi, -lo)
-        need = float(_goodness(check.threshold, hib))
-        per_seed = {int(s): float(_goodness(float(view.rows.set_index("row_key").loc[k, "quality"]), hib))
+        need = float(goodness(check.threshold, hib))
+        per_seed = {int(s): float(goodness(float(view.rows.set_index("row_key").loc[k, "quality"]), hib))
                     for k, s in zip(point["keys"], point["seeds"])}
         if check.fails:  # "stays below": the mirror image
             result = verdict(-ghi, -glo, -need)
@@ -458,7 +459,7 @@ def _reaches(view: TaskView, check: Reaches, recipe: str | None = None) -> Check
         word = ("worse than" if check.fails else "at least") if hib else ("above" if check.fails else "at most")
         test = Test()
         if draws is not None:
-            test = Test.of(_goodness(draws, hib), _goodness(view.unc.example_draws(point["keys"]), hib), need,
+            test = Test.of(goodness(draws, hib), goodness(view.unc.example_draws(point["keys"]), hib), need,
                            list(per_seed.values()))
         learned = degenerate(view, point["keys"])
         if learned and check.fails and result == HOLDS:  # "the baseline fails" of a model that learned nothing
@@ -468,7 +469,7 @@ def _reaches(view: TaskView, check: Reaches, recipe: str | None = None) -> Check
             a=ci_text(point["quality"], lo, hi) + _note(learned), b="",
             delta=g, lo=glo, hi=ghi,
             need=f"{word} {check.threshold:g}",
-            seeds=", ".join(f"s{s}: {float(_goodness(v, hib)):.4f}" for s, v in sorted(per_seed.items())),
+            seeds=", ".join(f"s{s}: {float(goodness(v, hib)):.4f}" for s, v in sorted(per_seed.items())),
             verdict=result, reason=reason, slack=slack, test=test))
     title = check.title or (f"{check.select.name} {'fails' if check.fails else 'reaches'}: "
                             f"{view.metric} {'below' if check.fails == hib else 'above'} {check.threshold:g}")
@@ -556,7 +557,7 @@ def beats(view: TaskView, check: Beats, results_dir, recipe: str | None = None) 
         """Per seed s a pair (A_s, its draws, B_s, its draws) -> A and B over the seeds where both are
         measured (so Δ is the mean of the per-seed Δs, and both sides average the same seeds, in seed order,
         so their two-level draws resample the same seeds) and the per-seed Δs (NaN: that seed not compared)."""
-        per_seed = {s: (float(_goodness(qa, hib) - _goodness(qb, hib)) if math.isfinite(qa) and math.isfinite(qb)
+        per_seed = {s: (float(goodness(qa, hib) - goodness(qb, hib)) if math.isfinite(qa) and math.isfinite(qb)
                         else math.nan) for s, (qa, _, qb, _) in pairs.items()}
         both = [pairs[s] for s, v in per_seed.items() if math.isfinite(v)]
         if not both:  # nothing compared: A's own value (over its measured seeds) for the record
@@ -568,14 +569,14 @@ def beats(view: TaskView, check: Beats, results_dir, recipe: str | None = None) 
 
     def item(where, pairs, extra="", pvalues=(), hull="", a_note="") -> Item:
         a, b, per_seed = pooled(pairs)
-        delta = float(_goodness(a.value, hib) - _goodness(b.value, hib)) if math.isfinite(a.value) and \
+        delta = float(goodness(a.value, hib) - goodness(b.value, hib)) if math.isfinite(a.value) and \
             math.isfinite(b.value) else math.nan
         lo = hi = math.nan
         test = Test()
         if a.draws is not None and b.draws is not None:
-            diff = _goodness(a.draws, hib) - _goodness(b.draws, hib)
+            diff = goodness(a.draws, hib) - goodness(b.draws, hib)
             lo, hi = stats.interval(diff)
-            test = Test.of(diff, _goodness(a.examples, hib) - _goodness(b.examples, hib), check.margin,
+            test = Test.of(diff, goodness(a.examples, hib) - goodness(b.examples, hib), check.margin,
                            [v for v in per_seed.values() if math.isfinite(v)])
         result = verdict(lo, hi, check.margin) if math.isfinite(delta) else UNSURE
         reason = "" if math.isfinite(delta) else "not measured at this cost"

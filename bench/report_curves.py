@@ -57,7 +57,7 @@ import numpy as np
 import pandas as pd
 
 from bench import results, stats
-from bench.report_views import markdown_table, md_escape, write_page
+from bench.report_page import markdown_table, md_escape, write_page
 from bench.report_claims import FAILS, HOLDS, seed_check, verdict
 
 MET, MISSED, UNSURE = "met", "missed", "inconclusive"

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from bench import results, stats
-from bench.report_views import markdown_table, md_escape
+from bench.report_page import markdown_table, md_escape
 from bench.report_claims import FAILS, HOLDS, seed_check, verdict
 from bench.report_curves import (CURVES_DIR, UNSURE, Curve, Point, _config_defaults, _fmt, base_target, points,
                                  step_gains)

@@ -21,7 +21,8 @@ from pathlib import Path
 import pandas as pd
 
 from bench.claims import Beats, Select
-from bench.report_views import NA, TaskView, markdown_table, md_escape
+from bench.report_page import NA, markdown_table, md_escape
+from bench.report_views import TaskView
 from bench.report_claims import FAILS, HOLDS, CheckResult, Item, beats, ci_text, select_points
 
 STATIC = "static"
