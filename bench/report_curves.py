@@ -58,7 +58,7 @@ import pandas as pd
 
 from bench import results, stats
 from bench.report_page import markdown_table, md_escape, write_page
-from bench.report_claims import FAILS, HOLDS, seed_check, verdict
+from bench.report_verdicts import FAILS, HOLDS, seed_check, verdict
 
 MET, MISSED, UNSURE = "met", "missed", "inconclusive"
 AS_TARGET = {HOLDS: MET, FAILS: MISSED}  # the claims' verdicts, read as a target's

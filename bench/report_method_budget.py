@@ -15,7 +15,7 @@ cost (% of dense MACs: it moves with training for methods that learn their own c
 and Δ against the dense base the points start from (dense rows, leaderboard or curves, of today's protocol
 whose task config, but ``method_steps``, and result-changing run keys are the method rows'; the seeds both
 have; paired over test examples; **above** / **below** when the CI excludes 0 and no seed's own Δ
-contradicts it, **inconclusive** otherwise: the claims' rule, :func:`bench.report_claims.seed_check`).
+contradicts it, **inconclusive** otherwise: the claims' rule, :func:`bench.report_verdicts.seed_check`).
 Each doubling of the budget (N → 2N) has its gain with a paired CI, judged against the task's
 ``BASE_TARGET.doubling_gain``, the yardstick the dense base's own budget is calibrated with, by the same
 rule (:func:`bench.report_curves._gain`): **met** (saturated) when the whole CI is below it and no seed
@@ -37,7 +37,7 @@ import pandas as pd
 
 from bench import results, stats
 from bench.report_page import markdown_table, md_escape
-from bench.report_claims import FAILS, HOLDS, seed_check, verdict
+from bench.report_verdicts import FAILS, HOLDS, seed_check, verdict
 from bench.report_curves import (CURVES_DIR, UNSURE, Curve, Point, _config_defaults, _fmt, base_target, points,
                                  step_gains)
 
