@@ -9,6 +9,8 @@ re-exports that library, so ``bench.report.upper_hull`` and the like keep workin
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import os
 import re
 from collections import Counter
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from bench import (registry, report_claims, report_curves, report_method_budget, report_plots, report_speed,
                    report_static, report_status, report_throughput, results, stats)
+from bench.kernels import bench as kernel_bench
 # the library, re-exported
 from bench.report_frontier import *  # noqa: F401,F403
 from bench.report_page import *  # noqa: F401,F403
@@ -125,8 +128,6 @@ def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[st
 
 def kernel_report(results_dir: Path, reports_dir: Path) -> list[str]:
     """The ACM kernel figure and fit table from the latest ``bench kernels`` run, if there is one."""
-    from bench.kernels import bench as kernel_bench
-
     rows = kernel_bench.load_kernel_rows(results_dir)
     if rows.empty:
         return []
@@ -152,8 +153,6 @@ def task_figures(view: TaskView, results_dir: Path, reports_dir: Path, stem: str
     The task's function gets ``stem`` (the view's file-name stem) when it accepts a fourth argument, and
     must name its files after it so that two datasets of one task never write the same file.
     """
-    import inspect
-
     try:
         spec = registry.task_spec(view.task)
     except registry.RegistryError:
@@ -196,8 +195,6 @@ SLUG_MAX = 60  # longer dataset descriptions are cut and made unique by a hash o
 def _slug(text: str) -> str:
     """A file-name-safe form of ``text``; over SLUG_MAX characters: its start plus 8 hex digits of its
     SHA-256 (stable, and distinct datasets with a common start still get distinct names)."""
-    import hashlib
-
     slug = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9.=-]+", "_", text)).strip("_")
     if len(slug) <= SLUG_MAX:
         return slug

@@ -12,6 +12,7 @@ are ringed in black (dotted: on it by the seed means, but in fewer than 95% of t
 
 from __future__ import annotations
 
+import textwrap
 import zlib
 from pathlib import Path
 
@@ -167,8 +168,6 @@ def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "",
     if omitted:
         footer.append(f"{omitted} point label(s) left out to avoid overlaps (knob values are in the leaderboard)")
     if footer:
-        import textwrap
-
         ax.text(0.0, -0.14, "\n".join(textwrap.fill(f, 120) for f in footer), transform=ax.transAxes,
                 fontsize=7, va="top", ha="left", color="#333333")
     try:
