@@ -15,10 +15,10 @@ cost (% of dense MACs: it moves with training for methods that learn their own c
 and Δ against the dense base the points start from (dense rows, leaderboard or curves, of today's protocol
 whose task config, but ``method_steps``, and result-changing run keys are the method rows'; the seeds both
 have; paired over test examples; **above** / **below** when the CI excludes 0 and no seed's own Δ
-contradicts it, **inconclusive** otherwise: the claims' rule, :func:`bench.report_claims.seed_check`).
+contradicts it, **inconclusive** otherwise: the claims' rule, :func:`bench.report_verdicts.seed_check`).
 Each doubling of the budget (N → 2N) has its gain with a paired CI, judged against the task's
 ``BASE_TARGET.doubling_gain``, the yardstick the dense base's own budget is calibrated with, by the same
-rule (:func:`bench.report_curves._gain`): **met** (saturated) when the whole CI is below it and no seed
+rule (:func:`bench.report_curve_stats.step_gain`): **met** (saturated) when the whole CI is below it and no seed
 reaches it, **missed** (still gaining) when it is wholly above it, inconclusive otherwise.  The gain is in
 quality at each budget's own cost: a budget that also lowers the cost is not credited for that here.
 The paired CIs are bootstraps over test examples for every metric (sacreBLEU's paired test, which the
@@ -36,10 +36,13 @@ import numpy as np
 import pandas as pd
 
 from bench import results, stats
-from bench.report_views import markdown_table, md_escape
-from bench.report_claims import FAILS, HOLDS, seed_check, verdict
-from bench.report_curves import (CURVES_DIR, UNSURE, Curve, Point, _config_defaults, _fmt, base_target, points,
-                                 step_gains)
+from bench.figures import save_figure
+from bench.report_curve_data import CURVES_DIR, Curve, Point, base_target, config_defaults, points
+from bench.report_curve_stats import UNSURE, step_gains
+from bench.report_curves import quality_ci_text, quality_text
+from bench.report_page import markdown_table, md_escape
+from bench.report_verdicts import FAILS, HOLDS, seed_check, verdict
+from bench.report_views import latest_rows, protocol_versions
 
 ABOVE, BELOW = "above", "below"
 
@@ -54,7 +57,7 @@ def method_budget(budget: str) -> int | None:
 def _task_section(config: dict, task: str) -> dict[str, str]:
     """The row's task section, a key the row lacks read at its default (options are added with the earlier
     behaviour as default; the curves page reads rows so)."""
-    stored = {**_config_defaults(task), **(config.get(task) or {})}
+    stored = {**config_defaults(task), **(config.get(task) or {})}
     return {f"{task}.{k}": str(v) for k, v in stored.items()}
 
 
@@ -102,15 +105,11 @@ def _config(row: dict) -> dict:
 
 
 def _today(rows: pd.DataFrame) -> pd.DataFrame:
-    from bench.report_views import protocol_versions
-
     return rows[protocol_versions(rows) == results.PROTOCOL_VERSION] if not rows.empty else rows
 
 
 def _latest_per_seed(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """One row per ``keys`` and seed, the latest (a re-run replaces an earlier one), with ``row_key``."""
-    from bench.report_views import latest_rows
-
     rows = latest_rows(rows.reset_index(drop=True))
     return rows.sort_values("timestamp", kind="stable").drop_duplicates([*keys, "seed"], keep="last")
 
@@ -160,7 +159,7 @@ def load_budget_curves(results_dir: Path | str) -> list[BudgetCurve]:
             continue  # leaderboard rows only: no curve
         rows = rows.reset_index(drop=True)
         first = rows.iloc[0]
-        default_budget = _config_defaults(str(task)).get("method_steps")
+        default_budget = config_defaults(str(task)).get("method_steps")
         curve = Curve(task=str(task), dataset=str(dataset), metric=str(first["metric"]),
                       higher_is_better=bool(first["higher_is_better"]), setting="", rows=rows,
                       default_steps=None if default_budget is None else int(default_budget), setting_key=str(key))
@@ -228,8 +227,6 @@ def plot_budget(budget: BudgetCurve, pts: list[Point], path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from bench.figures import save_figure
 
     curve = budget.curve
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -305,8 +302,8 @@ def section(results_dir: Path | str, reports_dir: Path | str) -> tuple[list[str]
             b = by_steps.get(p.steps)
             table.append([str(p.steps) + (" (default)" if p.steps == curve.default_steps else ""),
                           f"{budget.cost_pct[p.steps]:.1f}",
-                          f"{_fmt(p.quality, metric)} [{_fmt(p.low, metric)}, {_fmt(p.high, metric)}]",
-                          ", ".join(f"s{s}: {_fmt(v, metric)}" for s, v in zip(p.seeds, p.seed_values)),
+                          quality_ci_text(p.quality, p.low, p.high, metric),
+                          ", ".join(f"s{s}: {quality_text(v, metric)}" for s, v in zip(p.seeds, p.seed_values)),
                           f"{_signed(b.delta, metric)} [{_signed(b.low, metric)}, {_signed(b.high, metric)}] "
                           f"{b.verdict}" if b else no_base,
                           ", ".join(f"s{s}: {_signed(d, metric)}" for s, d in sorted(b.seed_deltas.items()))
@@ -318,8 +315,8 @@ def section(results_dir: Path | str, reports_dir: Path | str) -> tuple[list[str]
                                   "Δ vs dense base [95% CI]", "Δ per seed"], table), ""]
         if gains:
             rows = [[f"{d.steps} → {d.to_steps}",
-                     f"{_fmt(d.gain, metric)} [{_fmt(d.low, metric)}, {_fmt(d.high, metric)}]",
-                     ", ".join(f"s{s}: {_fmt(g, metric)}" for s, g in d.seed_gains.items())]
+                     quality_ci_text(d.gain, d.low, d.high, metric),
+                     ", ".join(f"s{s}: {quality_text(g, metric)}" for s, g in d.seed_gains.items())]
                     + ([f"< {threshold:g}" if d.is_doubling else "— (not a doubling)", d.verdict or "—"]
                        if threshold is not None else [])
                     for d in gains]

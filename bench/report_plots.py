@@ -12,13 +12,16 @@ are ringed in black (dotted: on it by the seed means, but in fewer than 95% of t
 
 from __future__ import annotations
 
+import textwrap
 import zlib
 from pathlib import Path
 
 import numpy as np
 
 from bench.figures import save_figure  # noqa: F401  (re-exported: figure modules used it from here)
-from bench.report_views import FRONT_SURE, TaskView, knob_label, macs_unit, pareto_mask, upper_hull
+from bench.report_frontier import pareto_mask, upper_hull
+from bench.report_tables import FRONT_SURE, macs_unit
+from bench.report_views import TaskView, knob_label
 
 METHOD_COLORS = {
     "dense": "#444444", "acm": "#1f77b4", "moefication": "#ff7f0e", "act": "#2ca02c", "avit": "#d62728",
@@ -165,8 +168,6 @@ def plot_task(view: TaskView, path: Path, x: str = "cost", note: str = "",
     if omitted:
         footer.append(f"{omitted} point label(s) left out to avoid overlaps (knob values are in the leaderboard)")
     if footer:
-        import textwrap
-
         ax.text(0.0, -0.14, "\n".join(textwrap.fill(f, 120) for f in footer), transform=ax.transAxes,
                 fontsize=7, va="top", ha="left", color="#333333")
     try:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.report_views import markdown_table, protocol_versions, write_page
+from bench.report_page import markdown_table, write_page
+from bench.report_views import latest_rows, protocol_versions
 
 
 def cell(rows, point=("variant", "knob_value")) -> str:
@@ -49,8 +50,6 @@ def _point_name(point: dict) -> str:
 
 def write(frame, reports_dir: Path | str, results_dir: str = "results") -> list[str]:
     """Write reports/status.{md,html} from the latest rows; [] when there are none."""
-    from bench.report_views import latest_rows
-
     if frame.empty:
         return []
     latest = latest_rows(frame)

@@ -355,7 +355,7 @@ def test_every_claim_reads_only_points_the_campaign_runs_on_three_seeds():
     :data:`ONE_SEED` point (seed 0 only): a claim changed to read such a point must move it out of
     ``ONE_SEED``, or its verdict would rest on one seed for good.  A selection may be empty only while its
     method's rows all predate today's version of the method (:func:`_awaits_rerun`)."""
-    from bench import report, report_claims, results
+    from bench import report, report_checks, report_claims, results
 
     campaign = _campaign()
     planned = {campaign.point_id(point) for points in campaign.PLAN.values() for point in points}
@@ -365,8 +365,8 @@ def test_every_claim_reads_only_points_the_campaign_runs_on_three_seeds():
     for claim in report_claims.registered_claims():
         view = report_claims.find_view(claim, views)
         assert view is not None, f"claim {claim.id}: no committed rows of task {claim.task}"
-        for select in report_claims.claim_selects(claim):
-            keys = {key for point in report_claims.select_points(view, select)["keys"] for key in point}
+        for select in report_checks.claim_selects(claim):
+            keys = {key for point in report_checks.select_points(view, select)["keys"] for key in point}
             if not keys and _awaits_rerun(view.rows, select.method):
                 continue
             assert keys, f"claim {claim.id}: {select} selects no committed point"

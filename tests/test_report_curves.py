@@ -1,5 +1,5 @@
-"""The dense learning-curve page (bench/report_curves.py): points, doubling gains and target verdicts
-from rows under results/curves, with the task's declared BASE_TARGET."""
+"""The dense learning-curve page (bench/report_curves.py, with report_curve_data.py and report_curve_stats.py):
+points, doubling gains and target verdicts from rows under results/curves, with the task's declared BASE_TARGET."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from bench import report_curves, results
+from bench import report_curve_data as curve_data, report_curve_stats as curve_stats, report_curves, results
 from tasks.imagenet import ImageNetConfig
 
 N = 4000
@@ -56,28 +56,28 @@ def _write(results_dir, steps: int, accuracy: float, seed: int, *, d_model: int 
 
 
 def test_doubling_verdicts_and_non_default_curves(tmp_path):
-    default = report_curves.default_train_steps("imagenet")
-    assert default and report_curves.base_target("imagenet").doubling_gain == pytest.approx(0.002)
+    default = curve_data.default_train_steps("imagenet")
+    assert default and curve_data.base_target("imagenet").doubling_gain == pytest.approx(0.002)
     for seed in (0, 1):
         _write(tmp_path, default // 2, 0.80, seed)  # doubling to the default gains 8 points: not saturated
         _write(tmp_path, default, 0.88, seed)
         _write(tmp_path, 2 * default, 0.88, seed)  # the same examples right: the gain is exactly 0
         _write(tmp_path, default, 0.70, seed, d_model=32)  # another configuration: a separate curve
-    curves = report_curves.load_curves(tmp_path)
+    curves = curve_data.load_curves(tmp_path)
     assert len(curves) == 2
     main = next(c for c in curves if c.is_default)
     other = next(c for c in curves if not c.is_default)
     assert main.steps == [default // 2, default, 2 * default] and other.steps == [default]
     assert "imagenet.d_model=32" in other.setting
 
-    gains = {d.steps: d for d in report_curves.doublings(main, 0.002)}
+    gains = {d.steps: d for d in curve_stats.doublings(main, 0.002)}
     assert gains[default // 2].gain == pytest.approx(0.08)
-    assert gains[default // 2].low > 0.002 and gains[default // 2].verdict == report_curves.MISSED
+    assert gains[default // 2].low > 0.002 and gains[default // 2].verdict == curve_stats.MISSED
     assert gains[default].gain == pytest.approx(0.0) and (gains[default].low, gains[default].high) == (0.0, 0.0)
-    assert gains[default].verdict == report_curves.MET
+    assert gains[default].verdict == curve_stats.MET
 
     # the d_model=32 setting against the default at the default's steps: 0.70 vs 0.88, paired
-    (compared,) = report_curves.compare_settings(curves, tmp_path)
+    (compared,) = curve_stats.compare_settings(curves, tmp_path)
     assert compared.steps == default and compared.setting == other.setting
     assert compared.delta == pytest.approx(-0.18) and compared.high < 0 and compared.verdict == "worse"
     assert compared.seed_deltas == {0: pytest.approx(-0.18), 1: pytest.approx(-0.18)}
@@ -98,7 +98,7 @@ def test_doubling_verdicts_and_non_default_curves(tmp_path):
 
 
 def test_a_small_gain_with_a_wide_interval_is_inconclusive(tmp_path):
-    default = report_curves.default_train_steps("imagenet")
+    default = curve_data.default_train_steps("imagenet")
     rng = np.random.default_rng(0)
     base = rng.random(N) < 0.85
     flipped = base.copy()
@@ -108,23 +108,23 @@ def test_a_small_gain_with_a_wide_interval_is_inconclusive(tmp_path):
     gain = flipped.mean() - base.mean()
     _write(tmp_path, default, 0.0, 0, correct=base)
     _write(tmp_path, 2 * default, 0.0, 0, correct=flipped)
-    (curve,) = report_curves.load_curves(tmp_path)
-    (d,) = report_curves.doublings(curve, 0.002)
+    (curve,) = curve_data.load_curves(tmp_path)
+    (d,) = curve_stats.doublings(curve, 0.002)
     assert d.gain == pytest.approx(0.001) == pytest.approx(gain) and d.low < 0.002 < d.high
-    assert d.verdict == report_curves.UNSURE
+    assert d.verdict == curve_stats.UNSURE
 
 
 def test_quality_targets_follow_the_metric_direction():
     def curve(hib):
-        return report_curves.Curve("t", "d", "wer", hib, "", pd.DataFrame(), None)
+        return curve_data.Curve("t", "d", "wer", hib, "", pd.DataFrame(), None)
 
-    point = report_curves.Point(1, 0.25, 0.22, 0.28, [0], [0.25], 1.0)
-    assert report_curves.quality_verdict(curve(False), point, 0.30) == report_curves.MET  # WER ≤ 0.30
-    assert report_curves.quality_verdict(curve(False), point, 0.20) == report_curves.MISSED
-    assert report_curves.quality_verdict(curve(False), point, 0.25) == report_curves.UNSURE
-    assert report_curves.quality_verdict(curve(True), point, 0.20) == report_curves.MET  # BLEU-like ≥
-    nan = report_curves.Point(1, 0.25, math.nan, math.nan, [0], [0.25], 1.0)
-    assert report_curves.quality_verdict(curve(True), nan, 0.20) == report_curves.UNSURE
+    point = curve_data.Point(1, 0.25, 0.22, 0.28, [0], [0.25], 1.0)
+    assert curve_stats.quality_verdict(curve(False), point, 0.30) == curve_stats.MET  # WER ≤ 0.30
+    assert curve_stats.quality_verdict(curve(False), point, 0.20) == curve_stats.MISSED
+    assert curve_stats.quality_verdict(curve(False), point, 0.25) == curve_stats.UNSURE
+    assert curve_stats.quality_verdict(curve(True), point, 0.20) == curve_stats.MET  # BLEU-like ≥
+    nan = curve_data.Point(1, 0.25, math.nan, math.nan, [0], [0.25], 1.0)
+    assert curve_stats.quality_verdict(curve(True), nan, 0.20) == curve_stats.UNSURE
 
 
 def test_no_curve_rows_write_nothing(tmp_path):
@@ -133,33 +133,33 @@ def test_no_curve_rows_write_nothing(tmp_path):
 
 
 def test_one_row_per_seed_and_step_and_eval_limit_apart(tmp_path):
-    default = report_curves.default_train_steps("imagenet")
+    default = curve_data.default_train_steps("imagenet")
     _write(tmp_path, default, 0.80, 0, threads=1, day=1)
     _write(tmp_path, default, 0.80, 0, threads=2, day=2)  # the same model re-evaluated with other threads
     _write(tmp_path, 2 * default, 0.81, 0)
     _write(tmp_path, 2 * default, 0.90, 1)  # no seed 1 at N: left out of the paired gain
     _write(tmp_path, default, 0.50, 0, eval_limit=100)  # another test set: another curve
-    curves = report_curves.load_curves(tmp_path)
+    curves = curve_data.load_curves(tmp_path)
     main = next(c for c in curves if c.is_default)
     assert len(curves) == 2 and "eval_limit=100" in next(c for c in curves if not c.is_default).setting
     assert list(main.rows.loc[main.rows["steps"] == default, "seed"]) == [0]
-    (d,) = report_curves.doublings(main, 0.002)
+    (d,) = curve_stats.doublings(main, 0.002)
     assert d.seed_gains == {0: pytest.approx(0.01)} and d.gain == pytest.approx(0.01)
     assert report_curves._slug(main) == "imagenet" and report_curves._slug(curves[1]).startswith("imagenet_")
 
 
 def test_doubling_gain_of_a_lower_is_better_metric_is_a_drop(tmp_path):
-    default = report_curves.default_train_steps("imagenet")
+    default = curve_data.default_train_steps("imagenet")
     _write(tmp_path, default, 0.70, 0)
     _write(tmp_path, 2 * default, 0.75, 0)
-    (curve,) = report_curves.load_curves(tmp_path)
+    (curve,) = curve_data.load_curves(tmp_path)
     curve.higher_is_better = False  # read the same scores as an error rate: more is worse
-    (d,) = report_curves.doublings(curve, 0.002)
-    assert d.gain == pytest.approx(-0.05) and d.high < 0 and d.verdict == report_curves.MET
+    (d,) = curve_stats.doublings(curve, 0.002)
+    assert d.gain == pytest.approx(-0.05) and d.high < 0 and d.verdict == curve_stats.MET
 
 
 def test_unknown_training_time_is_not_a_miss(tmp_path):
-    default = report_curves.default_train_steps("imagenet")
+    default = curve_data.default_train_steps("imagenet")
     _write(tmp_path, default, 0.80, 0, minutes=math.nan)
     report_curves.write(tmp_path, tmp_path / "reports")
     line = next(l for l in (tmp_path / "reports" / "curves.md").read_text().splitlines()
@@ -173,35 +173,35 @@ def test_unknown_training_time_is_not_a_miss(tmp_path):
 
 
 def test_a_target_belongs_to_its_task():
-    assert report_curves.base_target("iwslt").quality == pytest.approx(10.0)
-    assert report_curves.base_target("wmt") is None  # registered from the same package, another target
+    assert curve_data.base_target("iwslt").quality == pytest.approx(10.0)
+    assert curve_data.base_target("wmt") is None  # registered from the same package, another target
 
 
 def test_a_row_made_before_a_key_existed_stays_on_the_default_curve(tmp_path):
     """A config key added later (with the earlier behaviour as its default) is missing from older rows'
     configs: they stay on the default curve, beside newer rows that store it."""
-    default = report_curves.default_train_steps("imagenet")
+    default = curve_data.default_train_steps("imagenet")
     _write(tmp_path, default // 2, 0.80, 0, without=("streaming",))
     _write(tmp_path, default, 0.88, 0)
-    (curve,) = report_curves.load_curves(tmp_path)
+    (curve,) = curve_data.load_curves(tmp_path)
     assert curve.is_default and curve.steps == [default // 2, default]
 
 
 def test_a_setting_a_seed_contradicts_is_inconclusive(tmp_path):
     """Setting comparisons follow the claims' rule: a seed on the other side of 0 makes them inconclusive."""
-    default = report_curves.default_train_steps("imagenet")
+    default = curve_data.default_train_steps("imagenet")
     _write(tmp_path, default, 0.80, 0)
     _write(tmp_path, default, 0.80, 1)
     _write(tmp_path, default, 0.90, 0, d_model=32)
     _write(tmp_path, default, 0.79, 1, d_model=32)
-    (compared,) = report_curves.compare_settings(report_curves.load_curves(tmp_path), tmp_path)
+    (compared,) = curve_stats.compare_settings(curve_data.load_curves(tmp_path), tmp_path)
     assert compared.low > 0 and compared.verdict == "inconclusive"
 
 
 def test_a_setting_without_a_default_curve_on_its_dataset_is_listed_not_compared(tmp_path):
-    default = report_curves.default_train_steps("imagenet")
+    default = curve_data.default_train_steps("imagenet")
     _write(tmp_path, default, 0.70, 0, d_model=32)
-    (listed,) = report_curves.compare_settings(report_curves.load_curves(tmp_path), tmp_path)
+    (listed,) = curve_stats.compare_settings(curve_data.load_curves(tmp_path), tmp_path)
     assert listed.verdict.startswith("not compared") and math.isnan(listed.delta)
 
 
@@ -209,7 +209,7 @@ def test_a_setting_that_changes_the_training_data_is_compared_on_the_same_test_e
     """A setting whose rows name another dataset (more training data, e.g. iwslt.ding_phrases) is compared
     with the default curve evaluated on the same test examples (indices and targets), paired; one evaluated
     on other examples is listed, not compared.  Alone on its dataset, it is named by the keys it changes."""
-    default = report_curves.default_train_steps("imagenet")
+    default = curve_data.default_train_steps("imagenet")
     for seed in (0, 1):
         _write(tmp_path, default, 0.80, seed)
         _write(tmp_path, default, 0.85, seed, d_model=32, dataset="toy images + more training images")
@@ -217,13 +217,13 @@ def test_a_setting_that_changes_the_training_data_is_compared_on_the_same_test_e
         _write(tmp_path, default, 0.90, seed, d_model=16, dataset="later toy images", first_index=N)
         # a key added later (bench.results.ADDED_TASK_DEFAULTS), off its default: not the default curve
         _write(tmp_path, default, 0.75, seed, threads=1, dataset="streamed toy images", keys={"streaming": True})
-    curves = report_curves.load_curves(tmp_path)
+    curves = curve_data.load_curves(tmp_path)
     more = next(c for c in curves if c.dataset.endswith("more training images"))
     assert not more.is_default and more.setting == "imagenet.d_model=32"
-    compared = {c.setting: c for c in report_curves.compare_settings(curves, tmp_path)}
+    compared = {c.setting: c for c in curve_stats.compare_settings(curves, tmp_path)}
     streamed = next(c for c in curves if c.dataset == "streamed toy images")
     assert not streamed.is_default and streamed.setting == "imagenet.streaming=True"
-    compared = {c.setting: c for c in report_curves.compare_settings(curves, tmp_path)}
+    compared = {c.setting: c for c in curve_stats.compare_settings(curves, tmp_path)}
     assert compared["imagenet.streaming=True"].delta == pytest.approx(-0.05)
     del compared["imagenet.streaming=True"]
     assert set(compared) == {"imagenet.d_model=32", "imagenet.d_model=48", "imagenet.d_model=16"}
@@ -235,24 +235,24 @@ def test_a_setting_that_changes_the_training_data_is_compared_on_the_same_test_e
 
 
 def test_consecutive_steps_that_are_not_a_doubling_get_a_gain_but_no_target(tmp_path):
-    default = report_curves.default_train_steps("imagenet")
+    default = curve_data.default_train_steps("imagenet")
     _write(tmp_path, default // 2, 0.80, 0)
     _write(tmp_path, 3 * default // 4, 0.84, 0)
     _write(tmp_path, default, 0.86, 0)
-    (curve,) = report_curves.load_curves(tmp_path)
-    gains = {(d.steps, d.to_steps): d for d in report_curves.step_gains(curve, 0.002)}
+    (curve,) = curve_data.load_curves(tmp_path)
+    gains = {(d.steps, d.to_steps): d for d in curve_stats.step_gains(curve, 0.002)}
     assert set(gains) == {(default // 2, 3 * default // 4), (3 * default // 4, default), (default // 2, default)}
-    assert gains[(default // 2, default)].is_doubling and gains[(default // 2, default)].verdict == report_curves.MISSED
+    assert gains[(default // 2, default)].is_doubling and gains[(default // 2, default)].verdict == curve_stats.MISSED
     step = gains[(default // 2, 3 * default // 4)]
     assert step.gain == pytest.approx(0.04) and step.low > 0 and step.verdict == ""
-    assert [(d.steps, d.to_steps) for d in report_curves.doublings(curve, 0.002)] == [(default // 2, default)]
+    assert [(d.steps, d.to_steps) for d in curve_stats.doublings(curve, 0.002)] == [(default // 2, default)]
 
 
 def test_a_doubling_past_the_time_limit_says_so(tmp_path):
     """When the default's doubling was not run, the page says whether twice the default's measured training
     time would pass the limit (then the default is the most within it), not just "not run"."""
-    default = report_curves.default_train_steps("imagenet")
-    limit = report_curves.base_target("imagenet").minutes
+    default = curve_data.default_train_steps("imagenet")
+    limit = curve_data.base_target("imagenet").minutes
 
     def doubling_line():
         report_curves.write(tmp_path, tmp_path / "reports")
@@ -271,7 +271,7 @@ def test_the_leaderboards_default_bases_are_points_of_the_default_curve(tmp_path
     """The leaderboard's dense base rows (results/<task>/dense) of the default configuration and today's
     protocol join the default curve, so the targets are judged on every seed of the base; its other sizes
     and rows of an earlier protocol do not."""
-    default = report_curves.default_train_steps("imagenet")
+    default = curve_data.default_train_steps("imagenet")
     _write(tmp_path, default // 2, 0.80, 0)
     _write(tmp_path, default, 0.86, 0)
     _write(tmp_path, default, 0.87, 1, leaderboard=True)
@@ -280,7 +280,7 @@ def test_the_leaderboards_default_bases_are_points_of_the_default_curve(tmp_path
     _write(tmp_path, default, 0.55, 2, leaderboard=True, eval_limit=100)  # another test set: not the default
     old = _write(tmp_path, default, 0.45, 3, leaderboard=True, day=20)  # a row file from before the column
     pd.read_csv(old).drop(columns=["protocol"]).to_csv(old, index=False)
-    (curve,) = report_curves.load_curves(tmp_path)
+    (curve,) = curve_data.load_curves(tmp_path)
     at_default = curve.rows[curve.rows["steps"] == default].sort_values("seed")
     assert list(at_default["seed"]) == [0, 1] and list(at_default["quality"]) == [0.86, 0.87]
     assert results.load(tmp_path).shape[0] == 5  # the leaderboard rows themselves are untouched
@@ -300,9 +300,9 @@ def test_the_equal_budget_control_must_gain_less_than_the_seed_spread(tmp_path):
     base than the base's seed spread (max − min over its seeds): the upper end of the paired CI of
     control − base below the spread (met), its lower end above (missed), inconclusive otherwise; each
     training disagrees with the others on ~5% of the examples, as real ones do."""
-    default = report_curves.default_train_steps("imagenet")
+    default = curve_data.default_train_steps("imagenet")
     control = default + ImageNetConfig.method_steps
-    assert report_curves.base_target("imagenet").equal_budget_control
+    assert curve_data.base_target("imagenet").equal_budget_control
     rng = np.random.default_rng(0)
 
     def control_line():
@@ -320,8 +320,8 @@ def test_the_equal_budget_control_must_gain_less_than_the_seed_spread(tmp_path):
     _write(tmp_path, control, 0.0, 1, correct=_flip(base1, 96, 100, rng))  # Δ = −0.001
     line = control_line()
     assert "base seed spread 0.0200 over 2 seed(s)" in line and line.rstrip().endswith("| met |")
-    (curve,) = report_curves.load_curves(tmp_path)
-    (gain,) = [d for d in report_curves.step_gains(curve, None) if d.to_steps == control]
+    (curve,) = curve_data.load_curves(tmp_path)
+    (gain,) = [d for d in curve_stats.step_gains(curve, None) if d.to_steps == control]
     assert gain.high - gain.low > 0.004  # a realistic interval, not a degenerate one
     md = (tmp_path / "reports" / "curves.md").read_text()
     assert f"| {control} (equal-budget control) |" in md
@@ -339,7 +339,7 @@ def test_the_equal_budget_control_must_gain_less_than_the_seed_spread(tmp_path):
 
 
 def test_a_seed_at_or_past_the_spread_makes_the_control_check_inconclusive(tmp_path):
-    default = report_curves.default_train_steps("imagenet")
+    default = curve_data.default_train_steps("imagenet")
     control = default + ImageNetConfig.method_steps
     rng = np.random.default_rng(1)
     base0 = rng.random(N) < 0.70
@@ -358,11 +358,11 @@ def test_every_training_of_the_default_counts_for_the_time_target(tmp_path):
     """The same point trained again (a calibration row and the leaderboard's base of the same seed) is
     another measurement of the training time: the target judges the longest and lists them all, although
     the quality comes from the latest row only."""
-    default = report_curves.default_train_steps("imagenet")
-    limit = report_curves.base_target("imagenet").minutes
+    default = curve_data.default_train_steps("imagenet")
+    limit = curve_data.base_target("imagenet").minutes
     _write(tmp_path, default, 0.80, 0, minutes=limit - 1.0, day=1)
     _write(tmp_path, default, 0.80, 0, minutes=limit + 2.5, day=2, leaderboard=True)
-    (curve,) = report_curves.load_curves(tmp_path)
+    (curve,) = curve_data.load_curves(tmp_path)
     assert len(curve.rows) == 1 and [t.minutes for t in curve.train_minutes[default]] == [limit - 1.0, limit + 2.5]
     report_curves.write(tmp_path, tmp_path / "reports")
     line = next(l for l in (tmp_path / "reports" / "curves.md").read_text().splitlines()
@@ -376,8 +376,8 @@ def test_the_time_target_names_the_processor_of_each_training(tmp_path):
     calibration base trained in 59 min on one processor model, the same configuration far longer on
     another): the target's line names each training's processor when they differ, and the one processor
     otherwise; the verdict stays the longest training's."""
-    default = report_curves.default_train_steps("imagenet")
-    limit = report_curves.base_target("imagenet").minutes
+    default = curve_data.default_train_steps("imagenet")
+    limit = curve_data.base_target("imagenet").minutes
 
     def time_line() -> str:
         report_curves.write(tmp_path, tmp_path / "reports")
@@ -399,14 +399,14 @@ def test_curves_are_named_by_what_they_change_from_the_defaults(tmp_path):
     """The default configuration's curve is unnamed while it is its dataset's only curve, and "default
     configuration" beside others; a setting is named by the keys it changes from the task's defaults alone
     (not by keys another setting changes); a curve of another dataset is named apart."""
-    default = report_curves.default_train_steps("imagenet")
+    default = curve_data.default_train_steps("imagenet")
     _write(tmp_path, default, 0.80, 0)
-    assert [c.setting for c in report_curves.load_curves(tmp_path)] == [""]
+    assert [c.setting for c in curve_data.load_curves(tmp_path)] == [""]
     _write(tmp_path, default, 0.82, 0, d_model=32)
     _write(tmp_path, default // 2, 0.83, 0, width=0.5)  # (another run id than the default's)
     _write(tmp_path, default, 0.70, 1, dataset="other images")
-    names = {(c.dataset, c.setting) for c in report_curves.load_curves(tmp_path)}
-    assert names == {("toy images", report_curves.DEFAULT_SETTING), ("toy images", "imagenet.d_model=32"),
+    names = {(c.dataset, c.setting) for c in curve_data.load_curves(tmp_path)}
+    assert names == {("toy images", curve_data.DEFAULT_SETTING), ("toy images", "imagenet.d_model=32"),
                      ("toy images", "dense.width=0.5"), ("other images", "")}
     written = report_curves.write(tmp_path, tmp_path / "reports")
     assert len({p for p in written if p.endswith(".png")}) == 4  # every curve its own figure
@@ -415,11 +415,11 @@ def test_curves_are_named_by_what_they_change_from_the_defaults(tmp_path):
 def test_a_setting_with_no_step_count_of_the_default_is_listed_not_compared(tmp_path):
     """A setting trained only at step counts (or seeds) the default's curve lacks, e.g. a larger variant
     with its own budget, is listed in the comparisons with its steps, not left out and not compared."""
-    default = report_curves.default_train_steps("imagenet")
+    default = curve_data.default_train_steps("imagenet")
     _write(tmp_path, default, 0.80, 0)
     _write(tmp_path, default // 4, 0.85, 0, d_model=256)
     _write(tmp_path, default, 0.86, 1, d_model=256)  # the default's steps, but a seed the default lacks
-    (listed,) = report_curves.compare_settings(report_curves.load_curves(tmp_path), tmp_path)
+    (listed,) = curve_stats.compare_settings(curve_data.load_curves(tmp_path), tmp_path)
     assert listed.setting == "imagenet.d_model=256" and listed.steps == 0 and math.isnan(listed.delta)
     assert listed.verdict == ("not compared: no default-configuration point at the same steps and seed "
                               f"(this setting's steps: {default // 4}, {default})")
@@ -428,7 +428,7 @@ def test_a_setting_with_no_step_count_of_the_default_is_listed_not_compared(tmp_
 def test_a_curve_names_the_devices_that_trained_it(tmp_path):
     """A curve trained on a GPU (a larger variant) says so beside its dataset; a CPU curve names its
     processors; a bare ``cpu`` names none."""
-    default = report_curves.default_train_steps("imagenet")
+    default = curve_data.default_train_steps("imagenet")
     _write(tmp_path, default, 0.80, 0, device="cpu")
     _write(tmp_path, default, 0.85, 0, d_model=256, device="NVIDIA H200")
     _write(tmp_path, default // 2, 0.84, 1, d_model=256, device="cpu: Fast CPU 1")
@@ -447,18 +447,18 @@ def test_a_curve_names_the_devices_that_trained_it(tmp_path):
 
 
 def test_a_leaderboard_of_rows_from_before_the_protocol_column_is_read_as_protocol_1(tmp_path):
-    default = report_curves.default_train_steps("imagenet")
+    default = curve_data.default_train_steps("imagenet")
     _write(tmp_path, default, 0.86, 0)
     old = _write(tmp_path, default, 0.45, 1, leaderboard=True)
     pd.read_csv(old).drop(columns=["protocol"]).to_csv(old, index=False)
-    (curve,) = report_curves.load_curves(tmp_path)
+    (curve,) = curve_data.load_curves(tmp_path)
     assert list(curve.rows["seed"]) == [0]
 
 
 def test_a_doubling_a_seed_contradicts_is_not_met(tmp_path):
     """The CI of the mean gain lies below the 0.002 yardstick, but one seed's own gain reaches it: the
     claims' seed rule makes the verdict inconclusive, not met."""
-    default = report_curves.default_train_steps("imagenet")
+    default = curve_data.default_train_steps("imagenet")
     base = np.arange(N) < 3400
     up, down = base.copy(), base.copy()
     up[3400:3410] = True  # seed 0 gains 10 examples (+0.0025)
@@ -466,24 +466,22 @@ def test_a_doubling_a_seed_contradicts_is_not_met(tmp_path):
     for seed, after in ((0, up), (1, down)):
         _write(tmp_path, default, 0.0, seed, correct=base)
         _write(tmp_path, 2 * default, 0.0, seed, correct=after)
-    (curve,) = report_curves.load_curves(tmp_path)
-    (d,) = report_curves.doublings(curve, 0.002)
+    (curve,) = curve_data.load_curves(tmp_path)
+    (d,) = curve_stats.doublings(curve, 0.002)
     assert d.gain == pytest.approx(0.0) and d.high < 0.002 and d.seed_gains[0] == pytest.approx(0.0025)
-    assert d.verdict == f"{report_curves.UNSURE} (seeds disagree)"
+    assert d.verdict == f"{curve_stats.UNSURE} (seeds disagree)"
 
 
 def test_only_the_default_curve_marks_its_point_as_the_default(tmp_path, monkeypatch):
     """Another setting's curve marks the default's step count, not "the default" (it is not the default)."""
-    from bench import figures
-
-    default = report_curves.default_train_steps("imagenet")
+    default = curve_data.default_train_steps("imagenet")
     _write(tmp_path, default, 0.88, 0)
     _write(tmp_path, default, 0.70, 0, d_model=32)
     labels = {}
-    monkeypatch.setattr(figures, "save_figure", lambda fig, path: labels.update(
+    monkeypatch.setattr(report_curves, "save_figure", lambda fig, path: labels.update(
         {path.name: [t.get_text() for t in fig.axes[0].get_legend().get_texts()]}))
-    for curve in report_curves.load_curves(tmp_path):
-        report_curves.plot_curve(curve, report_curves.points(curve), None, tmp_path / f"{curve.is_default}.png")
+    for curve in curve_data.load_curves(tmp_path):
+        report_curves.plot_curve(curve, curve_data.points(curve), None, tmp_path / f"{curve.is_default}.png")
     assert f"default ({default} steps)" in labels["True.png"]
     assert f"the default's steps ({default})" in labels["False.png"]
     assert not any(t.startswith("default") for t in labels["False.png"])

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from bench import report_curves, report_method_budget as mb, results
+from bench import report_curve_stats as curve_stats, report_curves, report_method_budget as mb, results
 from tasks.imagenet import ImageNetConfig
 
 N = 4000
@@ -106,10 +106,10 @@ def test_a_curve_joins_the_leaderboard_point_and_judges_each_doubling(tmp_path):
     assert curve.cost_pct[2 * DEFAULT_BUDGET] == pytest.approx(43.0)
     assert sorted(curve.base["seed"]) == [0, 1]
 
-    gains = {d.steps: d for d in report_curves.step_gains(curve.curve, 0.002)}
-    assert gains[DEFAULT_BUDGET].gain == pytest.approx(0.02) and gains[DEFAULT_BUDGET].verdict == report_curves.MISSED
+    gains = {d.steps: d for d in curve_stats.step_gains(curve.curve, 0.002)}
+    assert gains[DEFAULT_BUDGET].gain == pytest.approx(0.02) and gains[DEFAULT_BUDGET].verdict == curve_stats.MISSED
     assert gains[2 * DEFAULT_BUDGET].gain == pytest.approx(0.0)
-    assert gains[2 * DEFAULT_BUDGET].verdict == report_curves.MET
+    assert gains[2 * DEFAULT_BUDGET].verdict == curve_stats.MET
 
     against = {a.steps: a for a in mb.against_base(curve, tmp_path)}
     assert against[DEFAULT_BUDGET].delta == pytest.approx(-0.045) and against[DEFAULT_BUDGET].high < 0
@@ -137,7 +137,7 @@ def test_seeds_that_disagree_leave_the_comparison_with_the_base_inconclusive(tmp
     (against,) = mb.against_base(curve, tmp_path)
     assert against.seed_deltas[0] > 0 > against.seed_deltas[1]
     assert against.low > 0  # the CI alone would say "above": the disagreeing seed decides
-    assert against.verdict == f"{report_curves.UNSURE} (seeds disagree)"
+    assert against.verdict == f"{curve_stats.UNSURE} (seeds disagree)"
 
 
 def test_earlier_protocols_and_leaderboard_only_points_draw_no_curve(tmp_path):
@@ -176,5 +176,5 @@ def test_a_row_without_its_per_sample_file_gets_no_interval(tmp_path):
     (curve,) = mb.load_budget_curves(tmp_path)
     (against,) = mb.against_base(curve, tmp_path)
     assert against.delta == pytest.approx(-0.12) and math.isnan(against.low) and math.isnan(against.high)
-    assert against.verdict.startswith(f"{report_curves.UNSURE} (no paired CI: ")
+    assert against.verdict.startswith(f"{curve_stats.UNSURE} (no paired CI: ")
     assert "per-sample" in against.verdict

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from bench import report, report_claims, results, stats
+from bench import report, report_claims, report_verdicts, results, stats
 from bench.claims import Beats, Claim, Reaches, Select
 from tests.test_report import DATASET, _row
 from tests.test_stats_claims import _views, _write
@@ -57,13 +57,13 @@ def test_a_point_below_the_chord_of_two_others_is_not_a_hull_vertex():
 
 
 def test_holm_over_the_page_makes_a_marginal_verdict_inconclusive():
-    def check(p: float, verdict: str = report_claims.HOLDS) -> report_claims.CheckResult:
-        item = report_claims.Item("x", "", "", 0.1, 0.01, 0.2, "Δ > 0", "", verdict,
-                                  test=report_claims.Test(p=p))
-        return report_claims.CheckResult("t", "all", [item], verdict)
+    def check(p: float, verdict: str = report_verdicts.HOLDS) -> report_verdicts.CheckResult:
+        item = report_verdicts.Item("x", "", "", 0.1, 0.01, 0.2, "Δ > 0", "", verdict,
+                                    test=report_verdicts.Test(p=p))
+        return report_verdicts.CheckResult("t", "all", [item], verdict)
 
-    strong, marginal, failing = check(0.001), check(0.03), check(0.002, report_claims.FAILS)
-    unsure = check(0.4, report_claims.UNSURE)
+    strong, marginal, failing = check(0.001), check(0.03), check(0.002, report_verdicts.FAILS)
+    unsure = check(0.4, report_verdicts.UNSURE)
     claims = [report_claims.ClaimResult(Claim("a", "s", "x", "toy", ()), None, [strong, marginal]),
               report_claims.ClaimResult(Claim("b", "s", "x", "toy", ()), None, [failing, unsure])]
     assert report_claims.adjust(claims) == 4  # the family: every tested check of the page
@@ -74,10 +74,11 @@ def test_holm_over_the_page_makes_a_marginal_verdict_inconclusive():
 
 
 def test_a_check_needing_every_line_takes_the_largest_p_and_one_line_the_smallest_times_the_lines():
-    lines = [report_claims.Item(str(i), "", "", 0.1, 0.01, 0.2, "", "", report_claims.HOLDS,
-                                test=report_claims.Test(p=p)) for i, p in enumerate((0.01, 0.02))]
-    assert report_claims.CheckResult("t", "all", lines, report_claims.HOLDS).p == 0.02
-    assert report_claims.CheckResult("t", "any", lines, report_claims.HOLDS).p == pytest.approx(0.02)  # 0.01 × 2
+    lines = [report_verdicts.Item(str(i), "", "", 0.1, 0.01, 0.2, "", "", report_verdicts.HOLDS,
+                                  test=report_verdicts.Test(p=p)) for i, p in enumerate((0.01, 0.02))]
+    assert report_verdicts.CheckResult("t", "all", lines, report_verdicts.HOLDS).p == 0.02
+    any_line = report_verdicts.CheckResult("t", "any", lines, report_verdicts.HOLDS)
+    assert any_line.p == pytest.approx(0.02)  # 0.01 × 2
 
 
 def test_detectable_effects_follow_the_spread_and_the_seed_count():

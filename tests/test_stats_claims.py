@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import report, report_claims, results, stats
+from bench import report, report_checks, report_claims, results, stats
 from bench.report import md_escape
 from bench.claims import Beats, Claim, Reaches, Select
 from tests.test_report import DATASET, _row
@@ -269,8 +269,8 @@ def test_a_budget_names_the_points_its_hull_value_lies_between(tmp_path):
     one it sits on, or the last Pareto point the hull stays flat after), and "not measured" outside."""
     for knob, frac, accuracy in (("far", 0.3, 0.60), ("near", 0.5, 0.80), ("mid", 0.7, 0.70)):
         _write(tmp_path, "m", knob, frac, accuracy, 0)
-    points = report_claims.select_points(_views(tmp_path)[0], Select("m"))
-    segment = lambda budget: report_claims.hull_segment(points, budget, True)  # noqa: E731
+    points = report_checks.select_points(_views(tmp_path)[0], Select("m"))
+    segment = lambda budget: report_checks.hull_segment(points, budget, True)  # noqa: E731
     assert segment(0.4) == "tau=far (30.0%) to tau=near (50.0%)"
     assert segment(0.5) == "tau=near (50.0%)"
     assert segment(0.6) == "tau=near (50.0%), flat beyond it (the costlier points are dominated)"
@@ -309,8 +309,8 @@ def test_a_point_that_outputs_one_class_everywhere_says_so(tmp_path):
     flat, dense = result.checks[0].items[0].a, result.checks[1].items[0].a
     assert flat.endswith("(every seed outputs 1 on every example: its accuracy is that label's share of the test set)")
     assert "every seed" not in dense
-    assert report_claims._output_text(float("nan")) == "an empty output"  # an empty text read back from CSV
-    assert report_claims._output_text("x" * 40) == repr("x" * 29 + "…")
+    assert report_checks.output_text(float("nan")) == "an empty output"  # an empty text read back from CSV
+    assert report_checks.output_text("x" * 40) == repr("x" * 29 + "…")
 
 
 def test_the_pareto_figure_rings_uncertain_front_points_apart(tmp_path):
@@ -394,7 +394,7 @@ def test_rows_on_different_test_sets_are_compared_without_a_ci(tmp_path):
 
 
 def test_a_claim_without_rows_is_not_tested():
-    from bench.report_claims import FAILS, HOLDS, UNSURE, UNTESTED, combine
+    from bench.report_verdicts import FAILS, HOLDS, UNSURE, UNTESTED, combine
 
     assert combine([]) == UNTESTED and combine([UNTESTED, UNTESTED], "any") == UNTESTED
     assert combine([HOLDS, UNTESTED]) == UNTESTED and combine([FAILS, UNTESTED]) == FAILS
