@@ -1,8 +1,12 @@
 """The method-agnostic cost counter: multiply-accumulates of the operations that actually execute.
 
-Counting is dispatch-level (``torch.utils.flop_counter.FlopCounterMode``), so it sees exactly the ops
-that ran on the real conditional path: a gathered token subset costs what was gathered, a skipped layer
-costs nothing.  The counter reports MACs (FlopCounterMode counts 2 FLOPs per MAC; we halve), following
+Counting is dispatch-level: one ``TorchDispatchMode`` sees exactly the ops that ran on the real
+conditional path (a gathered token subset costs what was gathered, a skipped layer costs nothing) and
+applies torch's FLOP formulas (``torch.utils.flop_counter``'s table, the one ``FlopCounterMode`` uses, by
+the same rule: a composite op is decomposed and its parts are counted).  Unlike ``FlopCounterMode`` it
+keeps no per-module breakdown (no module hooks) and decides once per operator overload what to do with
+it, which keeps a counting pass close to a plain forward.  The counter reports MACs (torch's formulas count
+2 FLOPs per MAC; we halve), following
 the vision convention (torchvision's "GFLOPS" are MACs): matmul/conv/attention MACs only; elementwise
 ops, norms, softmax and bias adds are not counted.
 
@@ -24,8 +28,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+from torch._C import DispatchKey
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import FlopCounterMode, register_flop_formula
+from torch.utils.flop_counter import flop_registry, register_flop_formula
 
 aten = torch.ops.aten
 
@@ -93,29 +98,87 @@ def register_op(op, formula: Callable[..., int]) -> None:
     _OP_FORMULAS[op_name(op)] = formula
 
 
-class _ExecutedOps(TorchDispatchMode):
-    """Records the name of every aten op that executes, and counts the MACs of registered operators."""
+def _shape(value):
+    """A tensor's shape, a flat list or tuple of tensors as their shapes, anything else as it is; None for
+    a nesting this does not read (the formula's own wrapper then converts it)."""
+    if isinstance(value, torch.Tensor):
+        return value.shape
+    if isinstance(value, (list, tuple)):
+        if not any(isinstance(v, (torch.Tensor, list, tuple, dict)) for v in value):
+            return value
+        if all(isinstance(v, torch.Tensor) for v in value):
+            return type(value)(v.shape for v in value)
+        return None
+    return None if isinstance(value, dict) else value
+
+
+def _torch_flops(formula, args: tuple, kwargs: dict, out) -> int:
+    """torch's FLOP formula of one call.  ``register_flop_formula`` wraps a formula of shapes in a wrapper
+    that converts every argument with ``tree_map``; for the flat arguments of the ops that have formulas the
+    shapes are taken here directly (the same values, without the pytree walk), else the wrapper runs."""
+    shape_formula = getattr(formula, "__wrapped__", None)
+    if shape_formula is not None:
+        shapes = [_shape(a) for a in args]
+        kw_shapes = {k: _shape(v) for k, v in kwargs.items()}
+        out_shape = _shape(out)
+        if out_shape is not None and not any(s is None and a is not None for s, a in zip(shapes, args)) \
+                and not any(s is None and kwargs[k] is not None for k, s in kw_shapes.items()):
+            return shape_formula(*shapes, **kw_shapes, out_shape=out_shape)
+    return formula(*args, **kwargs, out_val=out)
+
+
+class _Counting(TorchDispatchMode):
+    """Counts the FLOPs of every op that executes (torch's formulas), the MACs of registered operators
+    (:func:`register_op`), and records every op the forward called, with whether it can carry no MACs.
+
+    Each operator overload is looked at once (:meth:`_plan`): whether it decomposes (a composite op: its
+    parts are dispatched again and counted, as ``FlopCounterMode`` does) and torch's formula for it.  The
+    ops a composite op decomposes into are counted, not recorded: the record lists what the model called."""
 
     def __init__(self):
         super().__init__()
-        self.ops: dict[str, bool] = {}
+        self.flops: dict = {}  # operator packet -> FLOPs by torch's formula (2 per MAC)
         self.macs: dict[str, int] = {}  # registered operators: name -> MACs counted through their formula
+        self.ops: dict = {}  # packet of every op the forward called -> whether it carries no MACs
+        self._plans: dict = {}
+        self._inside = 0  # > 0 while a composite op's parts run
+
+    def _plan(self, func) -> tuple:
+        plan = self._plans.get(func)
+        if plan is None:
+            packet = func._overloadpacket
+            decomposes = func is not torch.ops.prim.device.default and (
+                DispatchKey.CompositeImplicitAutograd in func.py_kernels
+                or torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"))
+            plan = self._plans[func] = (packet, str(packet), flop_registry.get(packet), decomposes)
+        return plan
+
+    def _record(self, func, packet, decomposes: bool) -> None:
+        # a composite op's parts are counted; pointwise and view ops carry no multiply-accumulates
+        tags = set(getattr(func, "tags", ()))
+        self.ops[packet] = (decomposes or torch.Tag.pointwise in tags or func.is_view or torch.Tag.view_copy in tags)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        packet = func._overloadpacket
-        if packet not in self.ops:
-            tags = set(getattr(func, "tags", ()))
-            # Composite ops (e.g. aten.linear under inference_mode) also dispatch their decomposition,
-            # whose ops are counted; pointwise and view ops carry no multiply-accumulates.
-            composite = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
-            self.ops[packet] = (composite or torch.Tag.pointwise in tags or func.is_view
-                                or torch.Tag.view_copy in tags)
-        out = func(*args, **kwargs)
-        name = str(packet)
-        formula = _OP_FORMULAS.get(name)
-        if formula is not None:
-            self.macs[name] = self.macs.get(name, 0) + int(formula(*args, **kwargs))
+        packet, name, torch_formula, decomposes = self._plan(func)
+        top = not self._inside
+        if top and packet not in self.ops:
+            self._record(func, packet, decomposes)
+        if decomposes:
+            self._inside += 1
+            try:
+                with self:
+                    out = func.decompose(*args, **kwargs)
+            finally:
+                self._inside -= 1
+        else:
+            out = func(*args, **kwargs)
+            if torch_formula is not None:
+                self.flops[packet] = self.flops.get(packet, 0) + _torch_flops(torch_formula, args, kwargs, out)
+        if top:
+            formula = _OP_FORMULAS.get(name)
+            if formula is not None:
+                self.macs[name] = self.macs.get(name, 0) + int(formula(*args, **kwargs))
         return out
 
 
@@ -130,24 +193,20 @@ class count_macs:
     """Context manager: ``with count_macs() as c: model(x)``; then ``c.report``."""
 
     def __init__(self):
-        self._flops = FlopCounterMode(display=False)
-        self._ops = _ExecutedOps()
+        self._mode = _Counting()
         self.report: CostReport | None = None
 
     def __enter__(self) -> "count_macs":
-        self._flops.__enter__()
-        self._ops.__enter__()
+        self._mode.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._ops.__exit__(*exc)
-        self._flops.__exit__(*exc)
-        counts = self._flops.get_flop_counts().get("Global", {})
-        by_op = {str(op): int(v) // 2 for op, v in counts.items()}
-        by_op.update(self._ops.macs)  # a registered formula replaces torch's count
+        self._mode.__exit__(*exc)
+        by_op = {str(op): int(v) // 2 for op, v in self._mode.flops.items()}
+        by_op.update(self._mode.macs)  # a registered formula replaces torch's count
         counted = set(by_op)
         uncounted = sorted(
-            name for name, harmless in ((str(p), h) for p, h in self._ops.ops.items())
+            name for name, harmless in ((str(p), h) for p, h in self._mode.ops.items())
             if not harmless and name not in counted and name not in _NO_MAC_OPS
         )
         self.report = CostReport(macs=sum(by_op.values()), by_op=by_op, uncounted=uncounted)

@@ -1,9 +1,10 @@
 """Exact-count tests of the dispatch-level MAC counter."""
 
+import pytest
 import torch
 from torch import nn
 
-from bench.cost import count, op_name, register_op
+from bench.cost import count, count_macs, op_name, register_op
 from bench.models.transformer import Block, Encoder, EncoderConfig
 
 
@@ -86,3 +87,50 @@ def test_a_registered_operator_is_counted_through_its_formula():
     assert report.macs == 4 * 5 * 3 and report.by_op == {"bench_test.rows_mm": 60} and report.uncounted == []
     assert op_name(torch.ops.bench_test.rows_mm) == op_name(torch.ops.bench_test.rows_mm.default) \
         == op_name("bench_test::rows_mm") == "bench_test.rows_mm"
+
+
+def _torch_counts(fn) -> dict[str, int]:
+    """MACs per op of ``fn()`` by torch's own FlopCounterMode (FLOPs halved)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as flops:
+        fn()
+    return {str(op): int(v) // 2 for op, v in flops.get_flop_counts().get("Global", {}).items()}
+
+
+def _models():
+    from bench.models.seq2seq import EncoderDecoder, Seq2SeqConfig
+    from tasks.imagenet.vit import build_vit, vit_config
+
+    torch.manual_seed(0)
+    vit = build_vit(vit_config("small"))
+    seq2seq = EncoderDecoder(Seq2SeqConfig(vocab=50, d_model=32, n_heads=4, d_mlp=64, max_positions=16))
+    conv = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 4))
+    src = torch.randint(4, 50, (3, 7))
+    return {"vit": (vit, lambda m: m(torch.randn(4, 1, 28, 28)).sum()),
+            "seq2seq-forced": (seq2seq, lambda m: m(torch.stack([src, src], 1)).sum()),
+            "seq2seq-beam": (seq2seq, lambda m: m.generate(src, beam=2).float().sum()),
+            "conv": (conv, lambda m: m(torch.randn(2, 3, 8, 8)).sum())}
+
+
+@pytest.mark.parametrize("mode", ["inference", "no_grad", "train"])
+@pytest.mark.parametrize("name", ["vit", "seq2seq-forced", "seq2seq-beam", "conv"])
+def test_counts_equal_torchs_flop_counter(name, mode):
+    """The counter's one dispatch mode counts every op exactly as torch's FlopCounterMode does: the same
+    ops, the same MACs, in inference mode (composite ops decompose), without grad, and for a training
+    step's forward and backward."""
+    model, run = _models()[name]
+    if mode == "train" and name == "seq2seq-beam":
+        pytest.skip("beam search is not differentiable")
+
+    def step():
+        if mode == "train":
+            run(model.train()).backward()
+        else:
+            with torch.inference_mode() if mode == "inference" else torch.no_grad():
+                run(model.eval())
+
+    with count_macs() as ours:
+        step()
+    theirs = _torch_counts(step)
+    assert ours.report.by_op == theirs and ours.report.macs > 0

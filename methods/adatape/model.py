@@ -45,7 +45,8 @@ class ParityToken(nn.Module):
         self.cls = nn.Parameter(torch.zeros(1, 1, d_model))
 
     def forward(self, tokens: Tensor) -> tuple[Tensor, None]:
-        # a copy, not a view of the Parameter: FlopCounterMode's module tracker fails on a bare Parameter
+        # a copy, not a view of the Parameter: torch's FlopCounterMode's module tracker (which the counter's
+        # tests compare with) fails on a bare Parameter
         # passed between modules under inference mode
         return self.cls.expand(tokens.shape[0], -1, -1).clone(), None
 
@@ -117,7 +118,8 @@ class LearnableBank(nn.Module):
         self.size = size
 
     def forward(self, inputs: Tensor) -> Tensor:
-        # a copy, not the Parameter itself: FlopCounterMode's module tracker fails on a bare Parameter
+        # a copy, not the Parameter itself: torch's FlopCounterMode's module tracker (which the counter's tests
+        # compare with) fails on a bare Parameter
         # passed between modules under inference mode
         return self.weight.clone()
 
