@@ -55,7 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import results, stats
+from bench import metrics, results, stats
 from bench.figures import save_figure
 from bench.report_curve_data import (CURVES_DIR, DEFAULT_SETTING, Curve, Point, Training, base_target, load_curves,
                                      points)
@@ -66,9 +66,8 @@ from bench.report_verdicts import seed_check, verdict
 
 
 def quality_text(value: float, metric: str) -> str:
-    """A quality (or a difference of qualities) as the curves page prints it: two decimals for BLEU, four
-    otherwise; "n/a" for NaN."""
-    return "n/a" if not math.isfinite(value) else (f"{value:.2f}" if metric == "bleu" else f"{value:.4f}")
+    """A quality (or a difference of qualities) as the curves page prints it (:func:`bench.metrics.text`)."""
+    return metrics.text(value, metric)
 
 
 def quality_ci_text(value: float, low: float, high: float, metric: str) -> str:

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench import results, stats
+from bench import metrics, results, stats
 from bench.figures import save_figure
 from bench.report_curve_data import CURVES_DIR, Curve, Point, base_target, config_defaults, points
 from bench.report_curve_stats import UNSURE, step_gains
@@ -214,7 +214,7 @@ def against_base(budget: BudgetCurve, results_dir: Path | str) -> list[AgainstBa
 
 
 def _signed(value: float, metric: str) -> str:
-    return "n/a" if not math.isfinite(value) else (f"{value:+.2f}" if metric == "bleu" else f"{value:+.4f}")
+    return metrics.text(value, metric, signed=True)
 
 
 def _slug(budget: BudgetCurve) -> str:

@@ -16,7 +16,7 @@ Choices (and their sources):
   evaluation per test example and row.
 * **Each metric is recomputed from per-example sufficient statistics, exactly as the row was scored**, and
   checked against the row's stored value (a row whose recomputation differs gets no CI, and the report
-  says so):
+  says so).  The statistics and the corpus value are each metric's own (bench/metrics.py, registered once):
 
   - accuracy / top-1 (``score`` = 1 if correct): the mean;
   - WER / CER (jiwer 4, corpus level: total edits / total reference words or characters): per-utterance
@@ -26,8 +26,8 @@ Choices (and their sources):
     (empty reference: the hypothesis' length in edits, 0 words);
   - BLEU (sacreBLEU 2, default ``BLEU()``: 13a tokenisation, exp smoothing): sacreBLEU's sentence-level
     sufficient statistics (hypothesis and reference lengths, n-gram matches and totals), from stored
-    ``bleu_stats`` when present, else extracted with ``BLEU._extract_corpus_statistics`` from the stored
-    texts; the corpus score of a resample is ``BLEU._compute_score_from_stats`` of their sum.  For BLEU
+    ``bleu_stats`` when present, else read from ``BLEU.sentence_score`` of the stored texts; the corpus
+    score of a resample is ``BLEU.compute_bleu`` of their sum (both public).  For BLEU
     comparisons the claims also run sacreBLEU's own paired bootstrap test
     (:func:`sacrebleu_paired_test`).
 """
@@ -36,101 +36,34 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from bench import results
+from bench import metrics, results
+from bench.metrics import NoStatistics
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
 RANDOM_SEED = 20261117
 MIN_SEEDS = 3  # the seed level of a two-level interval is estimated from this many training seeds on
 POWER = 0.80  # minimum detectable effects: the effect found with this probability at the 5% level
-MEAN_METRICS = {"accuracy", "top1", "top5"}
-EDIT_METRICS = {"wer": ("word_edits", "ref_words"), "cer": ("char_edits", "ref_chars")}
 TOLERANCE = 1e-6  # relative: a recomputed metric must equal the stored one (float32-stored accuracies differ ~1e-8)
 MAX_CHUNK_VALUES = 10_000_000  # resampled values scipy holds at once (its ``batch``): ~80 MB of float64
 
 
-class NoStatistics(ValueError):
-    """A row whose per-example statistics cannot be built (message says why, one line)."""
-
-
 def supported(metric: str) -> bool:
-    return metric in MEAN_METRICS or metric in EDIT_METRICS or metric == "bleu"
-
-
-# ---------------------------------------------------------------------------------------------
-# Per-example sufficient statistics
-# ---------------------------------------------------------------------------------------------
-def _texts(samples, column: str) -> list[str]:
-    return ["" if v != v else str(v) for v in samples[column]]  # NaN (an empty text read back) -> ""
-
-
-def _edit_counts(samples, metric: str) -> np.ndarray:
-    import jiwer
-
-    edits, length = EDIT_METRICS[metric]
-    if {edits, length} <= set(samples.columns):
-        return samples[[edits, length]].to_numpy(dtype=float)
-    if not {"target", "prediction"} <= set(samples.columns):
-        raise NoStatistics(f"{metric}: the per-sample file has neither {edits}/{length} nor target/prediction texts")
-    out = []
-    for ref, hyp in zip(_texts(samples, "target"), _texts(samples, "prediction")):
-        if metric == "wer":
-            ref_units, hyp_units, process, join = ref.split(), hyp.split(), jiwer.process_words, " ".join
-        else:
-            ref_units, hyp_units, process, join = list(ref), list(hyp), jiwer.process_characters, "".join
-        if not ref_units:
-            out.append((len(hyp_units), 0))
-        elif not hyp_units:
-            out.append((len(ref_units), len(ref_units)))
-        else:
-            m = process(join(ref_units), join(hyp_units))
-            out.append((m.substitutions + m.deletions + m.insertions, len(ref_units)))
-    return np.asarray(out, dtype=float).reshape(-1, 2)
-
-
-def _bleu():
-    from sacrebleu.metrics import BLEU
-
-    return BLEU()
-
-
-def _bleu_stats(samples) -> np.ndarray:
-    if "bleu_stats" in samples.columns:
-        return np.asarray([[float(v) for v in str(s).split()] for s in samples["bleu_stats"]])
-    if not {"target", "prediction"} <= set(samples.columns):
-        raise NoStatistics("bleu: the per-sample file has neither bleu_stats nor target/prediction texts")
-    hyps, refs = _texts(samples, "prediction"), _texts(samples, "target")
-    return np.asarray(_bleu()._extract_corpus_statistics(hyps, [refs]), dtype=float)
+    return metrics.supported(metric)
 
 
 def example_statistics(metric: str, samples) -> np.ndarray:
     """[examples, k] per-example sufficient statistics of ``metric``, in the order of ``samples``."""
-    if metric in MEAN_METRICS:
-        return samples[["score"]].to_numpy(dtype=float)
-    if metric in EDIT_METRICS:
-        return _edit_counts(samples, metric)
-    if metric == "bleu":
-        return _bleu_stats(samples)
-    raise NoStatistics(f"no bootstrap defined for metric {metric!r}")
+    return metrics.get(metric).statistics(samples)
 
 
 def metric_from_sums(metric: str, sums: np.ndarray, n: int) -> np.ndarray:
     """The metric from statistics summed over examples: ``sums`` is [k, ...]; returns [...]."""
-    sums = np.asarray(sums, dtype=float)
-    if metric in MEAN_METRICS:
-        return sums[0] / n
-    if metric in EDIT_METRICS:
-        return sums[0] / np.maximum(sums[1], 1.0)
-    if metric == "bleu":
-        bleu = _bleu()
-        flat = sums.reshape(sums.shape[0], -1)
-        scores = [bleu._compute_score_from_stats([int(round(v)) for v in flat[:, j]]).score
-                  for j in range(flat.shape[1])]
-        return np.asarray(scores, dtype=float).reshape(sums.shape[1:])
-    raise NoStatistics(f"no bootstrap defined for metric {metric!r}")
+    return metrics.get(metric).from_sums(sums, n)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,9 +301,7 @@ class Uncertainty:
         return (math.nan, math.nan) if draws is None else interval(draws)
 
 
-def samples_path(row: dict, results_dir) -> "Path":
-    from pathlib import Path
-
+def samples_path(row: dict, results_dir) -> Path:
     row_file = row.get("row_file")
     if isinstance(row_file, str) and row_file:
         path = Path(row_file)

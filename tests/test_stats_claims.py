@@ -250,9 +250,9 @@ def _write_wer(results_dir, method, knob, frac, wer, n=2000, kind="train"):
 ])
 def test_the_deciding_line_follows_the_metric_direction_and_fails(tmp_path, fails, quantifier, verdict, decides):
     """Slack points towards "holds" for a lower-is-better metric and for a "stays below" (fails) check."""
-    from bench import stats
+    from bench import metrics
 
-    assert stats.EDIT_METRICS["wer"] == ("word_edits", "ref_words")
+    assert metrics.EDIT_COLUMNS["wer"] == ("word_edits", "ref_words")
     for knob, frac, wer in (("low", 0.3, 0.20), ("mid", 0.5, 0.30), ("high", 0.7, 0.40)):
         _write_wer(tmp_path, "w", knob, frac, wer)
     views = _views(tmp_path)

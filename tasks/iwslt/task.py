@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import bench.models.seq2seq as S
+from bench import metrics
 from bench.api import Batch, Quality, Task
 from bench.errors import UserError
 from tasks.iwslt import data as D
@@ -408,11 +409,11 @@ class TranslationTask(Task):
         bleu = BLEU()
         value = bleu.corpus_score(hyps, [refs]).score
         self._signature = str(bleu.get_signature())
-        sentence = BLEU(effective_order=True)
-        per = torch.tensor([sentence.sentence_score(h, [r]).score for h, r in zip(hyps, refs)], dtype=torch.float64)
+        sentences = metrics.bleu_sentence_scores(hyps, refs)
+        per = torch.tensor([score.score for score in sentences], dtype=torch.float64)
         # each sentence's n-gram matches/totals and lengths: the sufficient statistics of corpus BLEU, which
-        # a bootstrap over sentences resamples (bench/stats.py); sacreBLEU's own extraction
-        stats = bleu._extract_corpus_statistics(hyps, [refs])
+        # a bootstrap over sentences resamples (bench/metrics.py)
+        stats = [metrics.sentence_stats(score) for score in sentences]
         return Quality(float(value), per, columns={"bleu_stats": [" ".join(str(int(v)) for v in s) for s in stats]})
 
     def sample_table(self, predictions: Tensor, targets: Tensor) -> dict[str, Any]:
