@@ -53,11 +53,11 @@ class TaskSpec:
     # The dataset name (``Task.dataset``) of the task's default config: its report files keep the plain
     # names (``<task>_pareto.png``) whatever other datasets have rows; other datasets get their own names.
     default_dataset: str = ""
-    # Paper claims tested on this task's rows: "module:attr" naming a list of bench.claims.Claim; "" = the
-    # ``CLAIMS`` list of a ``claims`` module beside ``impl``, if there is one (tasks/<name>/claims.py)
+    # Paper claims tested on this task's rows: "module:attr" naming a list of bench.claims.Claim (the module
+    # may also declare the task's BASE_TARGET); "" = none
     claims: str = ""
     # `bench speed`: the module with this task's named model sizes (``ARCHS``) and ``build(arch)``
-    # (bench/speed.py); "" = the ``speed`` module beside ``impl`` if there is one (tasks/<t>/speed.py).
+    # (bench/speed.py); "" = none.
     speed: str = ""
     # Config keys the task added after rows existed, each at the value that keeps the behaviour before it:
     # a config holding one at that value is the point a config without it was (bench.results.identity_hash
@@ -86,11 +86,9 @@ class MethodSpec:
     # like TaskSpec.figures, called for every (task, dataset) where this method has rows.  No figure builds
     # or trains a model: what one needs beyond the rows is a per-sample field that the run writes.
     figures: str = ""
-    # Paper claims `bench report` evaluates: "module:attr" naming a list of bench.claims.Claim; "" = the
-    # ``CLAIMS`` list of a ``claims`` module beside ``impl``, if there is one (methods/<name>/claims.py)
+    # Paper claims `bench report` evaluates: "module:attr" naming a list of bench.claims.Claim; "" = none
     claims: str = ""
-    # `bench speed`: "module:Class" of the method's decision forcer (a bench.speed.Forcer); "" = ``FORCER``
-    # of the ``speed`` module beside ``impl`` if there is one (methods/<m>/speed.py).
+    # `bench speed`: "module:Class" of the method's decision forcer (a bench.speed.Forcer); "" = none.
     speed: str = ""
     # The paper's training recipe: paper_recipe(task capabilities, the base's training steps) -> a
     # bench.recipes.Recipe, or None when the method declares none (``recipe=paper`` is then refused).

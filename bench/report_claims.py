@@ -9,7 +9,6 @@ writes the page.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -120,17 +119,9 @@ class ClaimResult:
 # Claims from the registry
 # ---------------------------------------------------------------------------------------------
 def claims_path(spec) -> str:
-    """Where a method's or task's claims are: ``spec.claims`` if it names them, else ``CLAIMS`` in the
-    ``claims`` module beside its implementation (``methods/acm/claims.py`` for ``methods.acm.method:ACM``)
-    when that module exists; "" for none."""
-    if getattr(spec, "claims", ""):
-        return spec.claims
-    package = spec.impl.partition(":")[0].rpartition(".")[0]
-    try:
-        found = importlib.util.find_spec(f"{package}.claims") if package else None
-    except ModuleNotFoundError:
-        found = None
-    return f"{package}.claims:CLAIMS" if found else ""
+    """Where a method's or task's claims are: the "module:attr" its spec declares (``claims=``); "" for
+    none."""
+    return str(getattr(spec, "claims", "") or "")
 
 
 def registered_claims() -> list[Claim]:

@@ -282,11 +282,9 @@ def wait_until_quiet(max_load: float, wait_s: float, log: Callable[[str], None] 
 
 
 def speed_module(spec: Any) -> str:
-    """The module of a method's forcer / a task's speed sizes: the spec's ``speed`` field, else the
-    ``speed`` module beside its implementation (``methods/<m>/speed.py``, ``tasks/<t>/speed.py``)."""
-    if getattr(spec, "speed", ""):
-        return spec.speed.split(":")[0]
-    return spec.impl.split(":")[0].rsplit(".", 1)[0] + ".speed"
+    """The module of a method's forcer / a task's speed sizes, as its spec declares it (``speed=``); "" for
+    none."""
+    return str(getattr(spec, "speed", "") or "").split(":")[0]
 
 
 def _import(name: str):
@@ -294,6 +292,8 @@ def _import(name: str):
     import importlib
     import importlib.util
 
+    if not name:
+        return None
     try:
         if importlib.util.find_spec(name) is None:
             return None

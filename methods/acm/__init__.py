@@ -66,6 +66,8 @@ SPEC = register_method(MethodSpec(
     name="acm",
     config=ACMConfig,
     impl="methods.acm.method:ACMMethod",
+    claims="methods.acm.claims:CLAIMS",
+    speed="methods.acm.speed:FORCER",
     description="Adaptive Computation Modules: N prefix learners + gate per MLP/projection; distill, gate "
                 "pre-training, end-to-end with budget/entropy/diversity losses",
     knob="beta_target",

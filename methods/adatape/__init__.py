@@ -59,6 +59,8 @@ SPEC = register_method(MethodSpec(
     name="adatape",
     config=AdaTapeConfig,
     impl="methods.adatape.method:AdaTape",
+    claims="methods.adatape.claims:CLAIMS",
+    speed="methods.adatape.speed:FORCER",
     description="AdaTape: Adaptive Tape Reading after layer 1 (top-K merge per step, halting on summed max "
                 "weight >= tau, K = T/tau), input-driven or learnable bank, exact per-sample tape lengths",
     knob="tape",

@@ -49,6 +49,7 @@ SPEC = register_method(MethodSpec(
     name="avit",
     config=AViTConfig,
     impl="methods.avit.method:AViT",
+    speed="methods.avit.speed:FORCER",
     description="A-ViT: per-token halting from embedding dim 0 (ACT per token), ponder + distribution-prior "
                 "losses; halted tokens are gathered out of attention and MLP; knob: the prior's target depth "
                 "(ACM protocol) or the ponder weight",

@@ -57,6 +57,8 @@ SPEC = register_method(MethodSpec(
     name="cct",
     config=CCTConfig,
     impl="methods.cct.method:CCT",
+    claims="methods.cct.claims:CLAIMS",
+    speed="methods.cct.speed:FORCER",
     description="Conditional Computation Transformer: noisy sigmoid gates (alpha 0->5) on K/V, attention "
                 "and M FFN slices with extra LayerNorms, budget-symbol embedding, two-sided group budget loss; "
                 "inference runs a unit iff g >= 0.5 (gathered rows, zero K/V rows)",

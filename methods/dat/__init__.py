@@ -49,6 +49,7 @@ SPEC = register_method(MethodSpec(
     name="dat",
     config=DATConfig,
     impl="methods.dat.method:DAT",
+    claims="methods.dat.claims:CLAIMS",
     description="Depth-Adaptive Transformer: a classifier per decoder block, aligned training, exit loss "
                 "against a likelihood/correctness oracle, token/sequence halting, copied states",
     knob="threshold",

@@ -49,6 +49,7 @@ SPEC = register_method(MethodSpec(
     name="early_exit",
     config=EarlyExitConfig,
     impl="methods.early_exit.method:EarlyExit",
+    speed="methods.early_exit.speed:FORCER",
     description="early exit: SDN internal classifiers after blocks, ZTW cascading heads and geometric "
                 "ensembles, max-softmax threshold (exited samples leave the batch)",
     knob="threshold",

@@ -47,6 +47,7 @@ SPEC = register_method(MethodSpec(
     name="moefication",
     config=MoeficationConfig,
     impl="methods.moefication.method:Moefication",
+    speed="methods.moefication.speed:FORCER",
     description="MoEfication: relufy + fine-tune, balanced k-means experts, MLP routers, binary top-k "
                 "experts per token (grouped real path)",
     knob="k",

@@ -65,6 +65,8 @@ SPEC = register_task(TaskSpec(
     name="commonvoice",
     config=CommonVoiceConfig,
     impl="tasks.commonvoice.task:CommonVoiceTask",
+    claims="tasks.commonvoice.claims:CLAIMS",
+    speed="tasks.commonvoice.speed",
     description="speech recognition with a CTC transformer: espeak-ng English offline (default), "
                 "pocketsphinx real recordings (eval_set=pocketsphinx) or CommonVoice (source=tsv); metric WER",
     metric="wer",

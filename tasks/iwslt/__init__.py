@@ -104,6 +104,8 @@ SPEC = register_task(TaskSpec(
     name="iwslt",
     config=TranslationConfig,
     impl="tasks.iwslt.task:TranslationTask",
+    claims="tasks.iwslt.claims:CLAIMS",
+    speed="tasks.iwslt.speed",
     description="De→En translation, encoder–decoder transformer, sacreBLEU: Debian trans-de-en sentence "
                 "pairs offline (default) or IWSLT'14 via HuggingFace datasets (source=hf)",
     metric="bleu",
@@ -119,6 +121,8 @@ WMT_SPEC = register_task(TaskSpec(
     name="wmt",
     config=WMTConfig,
     impl="tasks.iwslt.task:TranslationTask",
+    claims="tasks.iwslt.claims:CLAIMS",
+    speed="tasks.iwslt.speed",
     description="WMT translation (source=hf: local parquet/json or the HF cache; beam 4, tied classifier), "
                 "same model and metric as iwslt",
     metric="bleu",
