@@ -148,57 +148,25 @@ def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[n
     if state is not None:
         return FitResult(state["steps"], state["time_s"], state["final_loss"], state["steps"])
     params = [p for p in (params if params is not None else model.parameters()) if p.requires_grad]
-    # fp16: the fused Adam kernel takes the GradScaler's inf check as a device tensor and skips the update
-    # on device, so a step never waits for the host (the unfused step reads found_inf with .item()).
-    # fp32 and bf16 keep the unfused optimizer (the trained weights stay bit-identical to before).
-    fused = {"fused": True} if amp.needs_scaler(precision) else {}
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, **fused) if weight_decay else \
-        torch.optim.Adam(params, lr=lr, **fused)
-
-    def factor(step: int) -> float:  # linear warm-up, then cosine to zero
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(1, steps - warmup)
-        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    optimizer = _optimizer(params, lr, weight_decay, precision)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_schedule(warmup, steps))
     scaler = amp.grad_scaler(precision, device)
-    start, elapsed, loss_ema = 0, 0.0, float("nan")
     partial = _partial(ckpt)
-    state = load_partial(partial, model, optimizer, scheduler, device) if main else None
-    if world > 1:  # rank 0 has checked (or moved aside) the partial checkpoint; the others follow it
-        distributed.barrier()
-        if distributed.broadcast(state is not None) and not main:
-            state = load_partial(partial, model, optimizer, scheduler, device)
+    state = _resume(partial, model, optimizer, scheduler, device)
+    start, elapsed, losses = 0, 0.0, _LossLog()
     if state is not None:
-        start, elapsed, loss_ema = state["step"], state["time_s"], state["loss_ema"]
+        start, elapsed, losses.ema = state["step"], state["time_s"], state["loss_ema"]
         if "scaler" in state:
             scaler.load_state_dict(state["scaler"])
-    target: Any = model
     frozen = _freeze_all_but(model, params)  # before DDP, which syncs the parameters that require grad
-    ddp = None
-    if world > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
-        index = [torch.device(device).index or 0] if device.startswith("cuda") else None
-        ddp = DistributedDataParallel(model, device_ids=index)  # every trained parameter is used (checked)
-        target = _Replica(ddp)
-    pending: list[Tensor] = []  # step losses not yet read back from the device
-
-    def flush() -> None:
-        nonlocal loss_ema
-        if not pending:
-            return
-        for value in torch.stack(pending).tolist():
-            loss_ema = value if math.isnan(loss_ema) else 0.98 * loss_ema + 0.02 * value
-        pending.clear()
+    ddp, target = _data_parallel(model, device)
 
     def save_partial(step: int) -> None:
-        flush()
+        losses.flush()
         if main:
             atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                          "scheduler": scheduler.state_dict(), "step": step, "time_s": elapsed,
-                         "loss_ema": loss_ema, "sampler": {"step": step, "world": world, "accumulate": accumulate},
+                         "loss_ema": losses.ema, "sampler": {"step": step, "world": world, "accumulate": accumulate},
                          "scaler": scaler.state_dict()}, partial)
 
     if shard_fn is None:
@@ -216,37 +184,18 @@ def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[n
                 if before_step is not None:
                     before_step(step)
                 shard = next(loader).to(device, non_blocking=pin_memory)
-                micro = shard.split(accumulate) if accumulate > 1 else [shard]
                 optimizer.zero_grad(set_to_none=True)
-                step_loss = None
-                for i, part in enumerate(micro):
-                    last = i == len(micro) - 1
-                    with ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext():
-                        if ddp is not None:
-                            object.__setattr__(target, "forwards", 0)
-                        with amp.autocast(precision, device):
-                            loss = loss_fn(target, part)
-                        if len(micro) > 1:
-                            loss = loss * (len(part) / len(shard))  # the mean over the rank's rows
-                        scaler.scale(loss).backward()
-                    step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
+                step_loss = _backward(target, ddp, loss_fn, shard, accumulate, scaler, precision, device)
                 if step == start:
                     _check_every_parameter_trained(model, params, desc)
-                if ddp is not None and target.forwards == 0:  # no forward through DDP: average explicitly
-                    distributed.all_reduce_grads(params)
-                if grad_clip:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(params, grad_clip)
-                scaler.step(optimizer)
-                scaler.update()
-                scheduler.step()
+                _update(target, ddp, params, optimizer, scheduler, scaler, grad_clip)
                 step += 1
                 elapsed += time.perf_counter() - t0
-                pending.append(step_loss.float())
+                losses.add(step_loss)
                 progress.update(1)
                 if step % log_every == 0:
-                    flush()
-                    progress.set_postfix(loss=f"{loss_ema:.4f}")
+                    losses.flush()
+                    progress.set_postfix(loss=f"{losses.ema:.4f}")
                 if time.perf_counter() - last_save > save_every_s:
                     save_partial(step)
                     last_save = time.perf_counter()
@@ -265,11 +214,107 @@ def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[n
     finally:
         _unfreeze(frozen)
     progress.close()
-    flush()
+    losses.flush()
     model.eval()
     if main:
-        atomic_save({"model": model.state_dict(), "steps": steps, "time_s": elapsed, "final_loss": loss_ema}, ckpt)
+        atomic_save({"model": model.state_dict(), "steps": steps, "time_s": elapsed, "final_loss": losses.ema}, ckpt)
         if partial.exists():
             partial.unlink()
     distributed.barrier()  # the other ranks go on once the stage is saved
-    return FitResult(steps, elapsed, loss_ema, start)
+    return FitResult(steps, elapsed, losses.ema, start)
+
+
+def _optimizer(params: list[nn.Parameter], lr: float, weight_decay: float, precision: str) -> torch.optim.Optimizer:
+    """Adam (AdamW with weight decay).  fp16: the fused kernel takes the GradScaler's inf check as a device
+    tensor and skips the update on device, so a step never waits for the host (the unfused step reads
+    found_inf with .item()); fp32 and bf16 keep the unfused optimizer (the trained weights stay
+    bit-identical to before)."""
+    fused = {"fused": True} if amp.needs_scaler(precision) else {}
+    if weight_decay:
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, **fused)
+    return torch.optim.Adam(params, lr=lr, **fused)
+
+
+def cosine_schedule(warmup: int, steps: int) -> Callable[[int], float]:
+    """The learning-rate factor of a step: linear warm-up over ``warmup`` steps, then cosine to zero."""
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, steps - warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+class _LossLog:
+    """Step losses kept on the device and read back in one transfer when shown or saved (``ema``: the
+    exponential moving average of the steps read so far)."""
+
+    def __init__(self) -> None:
+        self.pending: list[Tensor] = []
+        self.ema = float("nan")
+
+    def add(self, loss: Tensor) -> None:
+        self.pending.append(loss.float())
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        for value in torch.stack(self.pending).tolist():
+            self.ema = value if math.isnan(self.ema) else 0.98 * self.ema + 0.02 * value
+        self.pending.clear()
+
+
+def _resume(partial: Path, model: nn.Module, optimizer, scheduler, device: str) -> dict | None:
+    """The partial state to resume from, or None: rank 0 checks it (or moves it aside), the others follow."""
+    state = load_partial(partial, model, optimizer, scheduler, device) if distributed.is_main() else None
+    if distributed.world() > 1:
+        distributed.barrier()
+        if distributed.broadcast(state is not None) and not distributed.is_main():
+            state = load_partial(partial, model, optimizer, scheduler, device)
+    return state
+
+
+def _data_parallel(model: nn.Module, device: str) -> tuple[nn.Module | None, Any]:
+    """(DDP wrapper or None, what the loss calls): under several processes the model runs through DDP."""
+    if distributed.world() <= 1:
+        return None, model
+    from torch.nn.parallel import DistributedDataParallel
+
+    index = [torch.device(device).index or 0] if device.startswith("cuda") else None
+    ddp = DistributedDataParallel(model, device_ids=index)  # every trained parameter is used (checked)
+    return ddp, _Replica(ddp)
+
+
+def _backward(target: Any, ddp: nn.Module | None, loss_fn: Callable[[nn.Module, Batch], Tensor], shard: Batch,
+              accumulate: int, scaler, precision: str, device: str) -> Tensor:
+    """Forward and backward of one step's rows, in ``accumulate`` micro-batches (gradients synced once, at
+    the last); the step's loss, on the device."""
+    micro = shard.split(accumulate) if accumulate > 1 else [shard]
+    step_loss = None
+    for i, part in enumerate(micro):
+        last = i == len(micro) - 1
+        with ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext():
+            if ddp is not None:
+                object.__setattr__(target, "forwards", 0)
+            with amp.autocast(precision, device):
+                loss = loss_fn(target, part)
+            if len(micro) > 1:
+                loss = loss * (len(part) / len(shard))  # the mean over the rank's rows
+            scaler.scale(loss).backward()
+        step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
+    return step_loss
+
+
+def _update(target: Any, ddp: nn.Module | None, params: list[nn.Parameter], optimizer, scheduler, scaler,
+            grad_clip: float | None) -> None:
+    """The optimizer step after the backward: gradients averaged explicitly when no forward went through
+    DDP, clipped, stepped (through the loss scaler), and the schedule advanced."""
+    if ddp is not None and target.forwards == 0:  # no forward through DDP: average explicitly
+        distributed.all_reduce_grads(params)
+    if grad_clip:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+    scheduler.step()
