@@ -55,7 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import metrics, results, stats
+from bench import metrics, report_scratch_curves, results, stats
 from bench.figures import save_figure
 from bench.report_curve_data import (CURVES_DIR, DEFAULT_SETTING, Curve, Point, Training, base_target, load_curves,
                                      points)
@@ -289,10 +289,12 @@ def _settings_lines(comparisons: list[Comparison]) -> list[str]:
 def write(results_dir: Path | str, reports_dir: Path | str,
           budget: tuple[list[str], list[str]] | None = None) -> list[str]:
     """Write reports/curves.{md,html} and one figure per curve; ``budget``: the method-budget curves' section
-    and its figures (``bench.report_method_budget.section``), placed at the end.  [] when there is nothing."""
+    and its figures (``bench.report_method_budget.section``), placed after the dense curves, then the
+    curves of methods trained from scratch (:mod:`bench.report_scratch_curves`).  [] when there is nothing."""
     curves = load_curves(results_dir)
     budget_lines, budget_figures = budget or ([], [])
-    if not curves and not budget_lines:
+    scratch_lines = report_scratch_curves.section(results_dir)
+    if not curves and not budget_lines and not scratch_lines:
         return []
     out = Path(reports_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -332,6 +334,6 @@ def write(results_dir: Path | str, reports_dir: Path | str,
         lines += ["## Summary", "", markdown_table(["task", "default steps", "target", "value [95% CI]",
                                                     "verdict"], summary_rows), ""]
     lines += _settings_lines(compare_settings(curves, results_dir))
-    lines += sections + budget_lines
+    lines += sections + budget_lines + scratch_lines
     return written + budget_figures + write_page(out, "curves", "\n".join(lines).rstrip() + "\n",
                                 "Learning curves of the dense base models")
