@@ -39,6 +39,8 @@ SEQ = ("parity.variant=sequence", "parity.n=16", "parity.train_steps=2000")
 CONTROL = _p("imagenet", "method=dense", f"imagenet.train_steps={EQUAL_BUDGET}", "results_dir=results/curves",
              "timing=false")
 
+ACT_N16 = [_p("parity", "method=dense", "parity.n=16", "parity.train_steps=100000"),
+           _p("parity", "method=act", "act.tau=1e-3", "parity.n=16", "parity.train_steps=100000", "recipe=paper")]
 PAPER_IMAGENET = [
     _p("imagenet", "method=acm", "acm.beta_target=0.4", "recipe=paper"),
     _p("imagenet", "method=moefication", "recipe=paper"),
@@ -89,6 +91,9 @@ PLAN: dict[str, list[Point]] = {
         *[_p("parity", "method=act", f"act.tau={t}", "recipe=paper") for t in ("1e-3", "1e-4")],
         *[_p("parity", "method=adatape", *SEQ, f"adatape.max_tape={m}", f"adatape.tau={t}", "recipe=paper")
           for m, t in ((2, 1), (4, 2), (8, 8), (8, 4))],
+        # act-parity at n = 16, the largest size at which the paper's recipe converges in the CPU budget (its
+        # learning curve), and the one-step network it is compared with there
+        *ACT_N16,
     ],
     "iwslt": [
         _p("iwslt", "method=dense", *IWSLT),
@@ -256,6 +261,8 @@ def point_id(point: Point) -> str:
 
 def row_point(command: str) -> tuple[str, str]:
     """A row's command (its argv joined by spaces, bench/cli.py) as (point id, seed argument): the point id
-    quotes it as :func:`point_id` does, which list values like ``dat.thresholds=[…]`` need."""
+    quotes it as :func:`point_id` does, which list values like ``dat.thresholds=[…]`` need.  The thread
+    count is not part of a point (``--jobs`` runs one-thread commands of the same points): the plan's is put
+    in its place."""
     line, _, seed = command.rpartition(" ")
-    return shlex.join(line.split(" ")), seed
+    return shlex.join(RUN[0] if arg.startswith("threads=") else arg for arg in line.split(" ")), seed
