@@ -25,6 +25,8 @@ two one-thread trainings make about 2.2x the optimizer steps of one two-thread t
 dense bases first, a method only once its seed's base is trained here (one command of a (task, seed) trains
 a missing base while the others wait), and a command that would not end by ``--until`` skipped.  Their
 timings are taken beside another training, so not quietly: rows record the load, and pages mark them.
+``--export-bases`` ships every dense base the campaign trains (artifacts/, scripts/export_base.py), so that a
+later session's fresh machine starts from it.
 
 Order: first the learning-curve points that settle the defaults (:data:`CALIBRATION`); then every seed of
 the cheap :data:`TASK_MAJOR` tasks (parity); then the other tasks whose defaults are settled
@@ -304,16 +306,53 @@ class Job:
     start: float
 
 
-def base_trained(seed: int, task: str) -> bool:
-    """Whether the dense base of ``task`` at ``seed`` is in this machine's cache or shipped (artifacts/):
-    what a command that loads it finds, instead of training it first."""
-    from bench import artifacts, config, protocol, runner, train
+def base_checkpoint(seed: int, task: str) -> Path:
+    """Where this machine's cache keeps the dense base of ``task`` at ``seed`` (the key a run computes)."""
+    from bench import config, protocol, runner
 
     cfg = config.compose(command(seed, PLAN[task][0])[4:])
     cfg.cache_dir = str(ROOT / str(cfg.cache_dir))
     run, built, _ = runner.build(cfg, "dense", task)
-    ckpt = run.stage_path("dense", protocol.base_stage_name(), run.base_key(built))
+    return run.stage_path("dense", protocol.base_stage_name(), run.base_key(built))
+
+
+def base_trained(seed: int, task: str) -> bool:
+    """Whether the dense base of ``task`` at ``seed`` is in this machine's cache or shipped (artifacts/):
+    what a command that loads it finds, instead of training it first."""
+    from bench import artifacts, train
+
+    ckpt = base_checkpoint(seed, task)
     return train.is_done(ckpt) or artifacts.find(ckpt) is not None
+
+
+SHIPPED_LIMIT = 64 * 2 ** 20  # bytes of shipped weights the repository holds at most (artifacts/)
+
+
+def export_new_base(seed: int, task: str) -> Path | None:
+    """Ship the dense base of ``task`` at ``seed`` that this machine trained (``--export-bases``): written
+    under artifacts/ (scripts/export_base.py) unless it is shipped already, is not trained here, or would
+    take the shipped weights past :data:`SHIPPED_LIMIT`; the path written, or None.  A later session's fresh
+    machine then installs it instead of training it (commit it with the rows)."""
+    from bench import artifacts, train
+    from export_base import export
+
+    ckpt = base_checkpoint(seed, task)
+    if artifacts.find(ckpt) is not None or not train.is_done(ckpt):
+        return None
+    shipped = sum(p.stat().st_size for p in (ROOT / "artifacts").rglob("*.safetensors"))
+    if shipped + ckpt.stat().st_size > SHIPPED_LIMIT:
+        print(f"[campaign] not exporting the {task} base of seed {seed}: the shipped weights would pass "
+              f"{SHIPPED_LIMIT >> 20} MB", flush=True)
+        return None
+    here = os.getcwd()
+    os.chdir(ROOT)  # the overrides' paths (the cache) are the repository's
+    try:
+        path = export([f"task={task}", f"seed={seed}"], source=None, git_sha="", root=None,
+                      command=shlex.join(command(seed, PLAN[task][0])))
+    finally:
+        os.chdir(here)
+    print(f"[campaign] shipped the {task} base of seed {seed}: {path} (commit it)", flush=True)
+    return path
 
 
 def _ready(item: tuple[int, int, Point], waiting: list[tuple[int, int, Point]], running: list[Job],
@@ -334,7 +373,7 @@ def _ready(item: tuple[int, int, Point], waiting: list[tuple[int, int, Point]], 
 
 
 def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | None, times: Path,
-                 expected: dict[str, float], log_dir: Path) -> int:
+                 expected: dict[str, float], log_dir: Path, export_bases: bool = False) -> int:
     """Run the plan's pending commands ``jobs`` at a time, each on its share of the CPUs (``threads``, not
     part of a row's identity), dense bases first (their seed's methods wait for them), then a command that
     trains a missing base on its way, the rest in plan order;
@@ -385,6 +424,8 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
                       flush=True)
                 if rc == 0:
                     record_time(times, job.seed, job.point, seconds)
+                    if export_bases and (is_base(job.point) or starts_from_base(job.point)):
+                        export_new_base(job.seed, job.point.task)
                 else:
                     failed += 1
                     waiting = [item for item in waiting if not (is_base(job.point) and item[2].task == job.point.task
@@ -421,6 +462,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="commands run at once, each on its share of the CPUs (default 1; on 2 cores, two "
                              "one-thread trainings do about 2.2x the steps of one two-thread training; their "
                              "timings are not quiet, and their rows say so)")
+    parser.add_argument("--export-bases", action="store_true",
+                        help="ship every dense base this machine trains (artifacts/, within 64 MB in all), so a "
+                             "later session's fresh machine installs it instead of training it; commit them")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
@@ -448,7 +492,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.fill:
             parser.error("--fill is the one-at-a-time campaign's; with --jobs, a command that would not end in "
                          "time is always skipped")
-        return run_parallel(plan, args.jobs, stop, times, {**trained, **expected}, ROOT / ".cache" / "campaign")
+        return run_parallel(plan, args.jobs, stop, times, {**trained, **expected}, ROOT / ".cache" / "campaign",
+                            args.export_bases)
     failed = 0
     skipped_bases: set[tuple[str, int]] = set()  # --fill: (task, seed) whose base was left for later
     for i, (seed, point) in enumerate(plan, 1):
@@ -488,6 +533,8 @@ def main(argv: list[str] | None = None) -> int:
             return rc
         if rc == 0:
             record_time(times, seed, point, seconds)
+            if args.export_bases and (is_base(point) or starts_from_base(point)):
+                export_new_base(seed, point.task)
         failed += rc != 0
     return 1 if failed else 0
 

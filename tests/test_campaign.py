@@ -423,3 +423,36 @@ def test_parallel_campaign_starts_bases_first_and_runs_a_base_once(tmp_path, mon
     assert not any("method=dense" in other for other in beside[next(n for n in started if "act.tau=1e-3" in n)])
     times = (tmp_path / "times.tsv").read_text()
     assert times.count("start\t") == 5 and len(times.splitlines()) == 10
+
+
+def test_export_new_base_ships_what_this_machine_trained(tmp_path, monkeypatch):
+    """--export-bases: a base trained here and not shipped is exported (with its canonical command); a
+    shipped or untrained one is not, nor one that would take the shipped weights past the limit."""
+    import sys
+    import types
+
+    from bench import artifacts, train
+
+    campaign = _campaign()
+    ckpt = tmp_path / "cache" / "w1.0-d1.0-abc.pt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"x" * 1000)
+    calls = []
+    fake = types.ModuleType("export_base")
+    fake.export = lambda overrides, **kw: calls.append((overrides, kw)) or tmp_path / "a.safetensors"
+    monkeypatch.setitem(sys.modules, "export_base", fake)
+    monkeypatch.setattr(campaign, "base_checkpoint", lambda seed, task: ckpt)
+    monkeypatch.setattr(campaign, "ROOT", tmp_path)
+    shipped, done = [None], [True]
+    monkeypatch.setattr(artifacts, "find", lambda path: shipped[0])
+    monkeypatch.setattr(train, "is_done", lambda path: done[0])
+    assert campaign.export_new_base(1, "imagenet") == tmp_path / "a.safetensors"
+    assert calls[0][0] == ["task=imagenet", "seed=1"]
+    assert calls[0][1]["command"] == "python -m bench run method=dense task=imagenet threads=2 seed=1"
+    shipped[0] = object()
+    assert campaign.export_new_base(1, "imagenet") is None
+    shipped[0], done[0] = None, False
+    assert campaign.export_new_base(1, "imagenet") is None
+    done[0] = True
+    monkeypatch.setattr(campaign, "SHIPPED_LIMIT", 999)
+    assert campaign.export_new_base(1, "imagenet") is None and len(calls) == 1
