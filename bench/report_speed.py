@@ -21,6 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import results
+from bench.figures import save_figure
+from bench.speed import load_rows
+
 PANEL = ["task", "arch", "dtype", "threads", "cuda_graph"]
 KEY = PANEL + ["method", "fraction"]
 
@@ -101,8 +105,6 @@ def plot(rows, device: str, batch: int, fit: dict | None, path: Path) -> Path:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from bench.figures import save_figure
-
     panels = sorted(rows.groupby(PANEL, dropna=False).groups.items(), key=lambda kv: str(kv[0]))
     fig, axes = plt.subplots(1, len(panels), figsize=(10.5 * len(panels), 5.2), squeeze=False)  # legend beside
     grid = np.linspace(0, 1.2, 50)
@@ -162,8 +164,6 @@ def table(rows) -> list[str]:
 
 def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
     """Draw every (device, batch) figure and ``speed.md``; [] when there are no speed rows."""
-    from bench import results
-    from bench.speed import load_rows
 
     results_dir, reports_dir = Path(results_dir), Path(reports_dir)
     rows = load_rows(results_dir)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import results
+from bench.report_plots import save_figure
 from bench.stats import mean_interval, proportion_interval
 
 
@@ -57,8 +58,6 @@ def draw(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, stem: str) ->
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from bench.report_plots import save_figure
 
     data = table(rows, results_dir)
     if data.empty:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import results
+from bench.report_plots import save_figure
 
 COLUMN = re.compile(r"use_([led])(\d+)_(\w+)")
 STACK = {"l": "layer", "e": "enc", "d": "dec"}
@@ -66,8 +67,6 @@ def draw(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, stem: str) ->
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from bench.report_plots import save_figure
 
     data = table(rows, results_dir)
     if data.empty:

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import results
+from bench.report_plots import save_figure
 from bench.stats import proportion_interval
 
 
 def exit_tables(rows, results_dir: Path) -> dict[float, dict]:
     """{threshold: {"blocks": exit blocks pooled over seeds, "quality", "cost", "seeds", "metric"}}."""
-    from bench import results
 
     rows = rows[rows["method"] == "early_exit"]
     out: dict[float, dict] = {}
@@ -39,8 +40,6 @@ def depth_histogram(rows, results_dir: Path, reports_dir: Path, stem: str,
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from bench.report_plots import save_figure
 
     tables = exit_tables(rows, results_dir)
     chosen = [t for t in thresholds if t in tables] or sorted(tables)[:5]

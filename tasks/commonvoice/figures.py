@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.figures import save_figure
+from bench.report_plots import method_color
+
 
 def _cer(extra: str) -> float:
     for part in str(extra).split(";"):
@@ -20,9 +23,6 @@ def draw(rows, results_dir: Path, reports_dir: Path, stem: str) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from bench.figures import save_figure
-    from bench.report_plots import method_color
 
     if rows.empty:
         return []

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from bench import results
+from bench.report_plots import save_figure
 
 
 def _config(results_dir: Path, row) -> dict:
@@ -88,8 +89,6 @@ def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from bench.report_plots import save_figure
 
     results_dir, reports_dir = Path(results_dir), Path(reports_dir)
     task = str(rows["task"].iloc[0])

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import results
+from bench.figures import save_figure
 
 
 def difficulty_table(rows: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
@@ -85,8 +86,6 @@ def difficulty_figure(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from bench.figures import save_figure
 
     table = difficulty_table(rows, Path(results_dir))
     if table.empty:
