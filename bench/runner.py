@@ -276,28 +276,25 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
                          allow_mismatch=bool(cfg.allow_cost_mismatch), precision=precision)
     # The task's dense base model, timed beside every knob value in the same process.
     dense = amp.cast_model(run_ctx.base_model(task).to(device).eval(), precision) if cfg.timing else None
-    code = versions.tag(versions.of(task, method))
+    # what every row of this run shares; a row adds its knob value's (the variant may name the value)
+    shared = dict(
+        method=method_name, task=task_name, dataset=task.dataset, knob_name=spec.knob, knob_kind=spec.knob_kind,
+        seed=int(cfg.seed), metric=task.metric, higher_is_better=task.higher_is_better,
+        metric_signature=task.metric_signature, macs_dense=macs_dense, timing_threads=int(cfg.threads),
+        timing_cpus=os.cpu_count() or 0, code_version=versions.tag(versions.of(task, method)), params=params,
+        train_time_s=train_time_s, base_train_time_s=base_time_s,
+        config_hash=chash, command=command, git_sha=sha, git_dirty=dirty, versions=provenance.versions(),
+        device=provenance.device_name(device), precision=precision, count_dtype=dtype,
+        timing_dtype=dtype if cfg.timing else "", world_size=world, recipe=run_ctx.recipe,
+        train_samples=train_samples, base_train_samples=base_train_samples)
     validation = task.validation_task()
     written = []
     for value in pending:
         method.set_knob(model, value)
         quality, samples = evaluate(method, model, task, limit=cfg.eval_limit, device=device, precision=precision)
-        val_quality, val_n = float("nan"), 0
-        if validation is not None:
-            with torch.random.fork_rng(devices=[]):  # leaves the random state as the test split left it
-                checked, checked_samples = evaluate(method, model, validation, limit=cfg.eval_limit, device=device,
-                                                    precision=precision)
-            val_quality, val_n = checked.value, len(checked_samples)
+        val_quality, val_n = _validation_quality(method, model, validation, cfg, device, precision)
         counted, _, uncounted, cost_check = checks[str(value)]
-        timing, load_avg = None, float("nan")
-        if cfg.timing:
-            load_avg = os.getloadavg()[0]  # the machine's load when this value's timing starts
-            timing = measure_against_dense(model, dense, lambda b: task.example_input(b).to(device),
-                                           batch=cfg.timing_batch, threads=int(cfg.threads),
-                                           min_run_time=float(cfg.timing_min_run_s),
-                                           rounds=int(cfg.timing_rounds),
-                                           call=lambda m, x: _infer_in(precision, task, m, x))
-        timing = timing or Timing(*(float("nan"),) * 3, 0)
+        timing, load_avg = _time_value(cfg, model, dense, task, device, precision)
         summary = cost.percentile_summary(torch.tensor(samples["macs"].to_numpy(copy=True)))
         row_id = _row_id(chash, spec.knob, value, cfg.seed)
         twin = _identical_row(cfg.results_dir, task_name, method_name, chash, spec.knob, value, cfg.seed,
@@ -307,28 +304,13 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
                         spec.knob, value, twin)
             continue
         row = results.ResultRow(
-            method=method_name, task=task_name, dataset=task.dataset, knob_name=spec.knob,
-            knob_value=str(value), knob_kind=spec.knob_kind, seed=int(cfg.seed), variant=method.variant(),
-            metric=task.metric, quality=quality.value, higher_is_better=task.higher_is_better,
-            metric_signature=task.metric_signature, n_eval=len(samples),
+            **shared, knob_value=str(value), variant=method.variant(), train_budget=method.train_budget(),
+            quality=quality.value, n_eval=len(samples),
             extra_metrics=";".join(f"{k}={v:.6g}" for k, v in quality.extra.items()),
-            **summary, macs_dense=macs_dense,
-            cost_pct_dense=100.0 * summary["macs_mean"] / macs_dense, macs_counted_mean=counted,
-            cost_check=cost_check, uncounted_ops=";".join(uncounted),
-            latency_b1_ms=timing.latency_b1_ms, latency_b1_iqr_ms=timing.latency_b1_iqr_ms,
-            throughput_per_s=timing.throughput_per_s, throughput_batch=timing.throughput_batch,
-            timing_threads=int(cfg.threads), dense_latency_b1_ms=timing.dense_latency_b1_ms,
-            dense_throughput_per_s=timing.dense_throughput_per_s, latency_b1_ratio=timing.latency_b1_ratio,
-            throughput_ratio=timing.throughput_ratio, timing_rounds=timing.rounds,
-            timing_load_avg=load_avg, timing_cpus=os.cpu_count() or 0, code_version=code,
-            params=params, train_budget=method.train_budget(), train_time_s=train_time_s,
-            base_train_time_s=base_time_s,
-            run_id=row_id, config_hash=chash, command=command, git_sha=sha,
-            git_dirty=dirty, versions=provenance.versions(),
-            device=provenance.device_name(device), timestamp=provenance.timestamp(), precision=precision,
-            count_dtype=dtype, timing_dtype=dtype if cfg.timing else "", world_size=world,
-            val_quality=val_quality, val_n=val_n, recipe=run_ctx.recipe, train_samples=train_samples,
-            base_train_samples=base_train_samples)
+            **summary, cost_pct_dense=100.0 * summary["macs_mean"] / macs_dense, macs_counted_mean=counted,
+            cost_check=cost_check, uncounted_ops=";".join(uncounted), **_timing_fields(timing),
+            timing_load_avg=load_avg, run_id=row_id, timestamp=provenance.timestamp(), val_quality=val_quality,
+            val_n=val_n)
         written.append(str(results.append(cfg.results_dir, row, row_id, samples,
                                           config_yaml=OmegaConf.to_yaml(cfg, resolve=True))))
         log.info("%s %s %s=%s: %s=%.4f, %.4g MACs/sample (%.1f%% of dense), %s", task_name, method_name,
@@ -337,6 +319,40 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     log.info("done in %.1f s; rows: %s", time.perf_counter() - t0, ", ".join(written))
     return written
 
+
+
+def _validation_quality(method: Method, model: torch.nn.Module, validation: Task | None, cfg: Any, device: str,
+                        precision: str) -> tuple[float, int]:
+    """The knob value's quality on the task's validation split and its size; (NaN, 0) without one."""
+    if validation is None:
+        return float("nan"), 0
+    with torch.random.fork_rng(devices=[]):  # leaves the random state as the test split left it
+        checked, checked_samples = evaluate(method, model, validation, limit=cfg.eval_limit, device=device,
+                                            precision=precision)
+    return checked.value, len(checked_samples)
+
+
+def _time_value(cfg: Any, model: torch.nn.Module, dense: torch.nn.Module | None, task: Task, device: str,
+                precision: str) -> tuple[Timing, float]:
+    """The knob value's timing against the dense base in this process, and the load when it started;
+    NaN timings when the run does not time."""
+    if not cfg.timing:
+        return Timing(*(float("nan"),) * 3, 0), float("nan")
+    load_avg = os.getloadavg()[0]  # the machine's load when this value's timing starts
+    timing = measure_against_dense(model, dense, lambda b: task.example_input(b).to(device),
+                                   batch=cfg.timing_batch, threads=int(cfg.threads),
+                                   min_run_time=float(cfg.timing_min_run_s), rounds=int(cfg.timing_rounds),
+                                   call=lambda m, x: _infer_in(precision, task, m, x))
+    return timing or Timing(*(float("nan"),) * 3, 0), load_avg
+
+
+def _timing_fields(timing: Timing) -> dict[str, Any]:
+    """A row's timing columns."""
+    return dict(latency_b1_ms=timing.latency_b1_ms, latency_b1_iqr_ms=timing.latency_b1_iqr_ms,
+                throughput_per_s=timing.throughput_per_s, throughput_batch=timing.throughput_batch,
+                dense_latency_b1_ms=timing.dense_latency_b1_ms, dense_throughput_per_s=timing.dense_throughput_per_s,
+                latency_b1_ratio=timing.latency_b1_ratio, throughput_ratio=timing.throughput_ratio,
+                timing_rounds=timing.rounds)
 
 WIDE_SPREAD = 0.25  # a batch-1 latency whose IQR exceeds this share of its median is called noisy
 
