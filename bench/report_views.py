@@ -90,7 +90,7 @@ def latest_rows(frame):
     (other code) are dropped, the latest timestamp kept.  ``frame.attrs["dedup"]`` counts what was dropped."""
     import pandas as pd
 
-    frame = frame.copy().reset_index(drop=True)
+    frame = results.upgrade(frame.copy().reset_index(drop=True))
     for column in ("variant", "knob_name", "git_sha", "config_hash", "uncounted_ops", "train_budget"):
         if column not in frame:
             frame[column] = ""
@@ -98,8 +98,8 @@ def latest_rows(frame):
     frame["knob_value"] = frame["knob_value"].astype(str)
     identity, configs = _identities(frame)
     frame["identity"], frame["_pos"] = identity, range(len(frame))
-    code = frame["code_version"] if "code_version" in frame else pd.Series("", index=frame.index)
-    frame["code"] = [c if isinstance(c, str) and c else f"git:{g}" for c, g in zip(code, frame["git_sha"])]
+    frame["code"] = [c if isinstance(c, str) and c else f"git:{g}" for c, g in zip(frame["code_version"],
+                                                                                    frame["git_sha"])]
     frame["_when"] = pd.to_datetime(frame["timestamp"], utc=True, errors="coerce", format="ISO8601")
     frame = frame.sort_values("_when", kind="stable", na_position="first")
     n_read = len(frame)
@@ -161,14 +161,13 @@ def _curve_labels(rows) -> list[str]:
         rows = rows.assign(setting="")
     protocol = protocol_versions(rows)
     protocols_per_method = protocol.groupby(rows["method"]).nunique()
-    recipe = rows["recipe"].fillna("matched") if "recipe" in rows else rows["method"].map(lambda _: "matched")
-    recipes_per_method = recipe.groupby(rows["method"]).nunique()
+    recipes_per_method = rows["recipe"].groupby(rows["method"]).nunique()
     knobs_per_method = rows.groupby("method")["knob_name"].nunique()
     short = {m: _distinct_parts([str(v) for v in group.unique()])
              for m, group in rows.fillna({"variant": ""}).groupby("method")["variant"]}
     labels = []
     for (method, variant, setting, knob), version, kind in zip(rows[CURVE_KEY].itertuples(index=False), protocol,
-                                                            recipe):
+                                                            rows["recipe"]):
         variant = "" if variant != variant else str(variant)  # NaN -> ""
         label = method + (f" [{short[method][variant]}]" if variant and len(short[method]) > 1 else "")
         label += f" [{setting}]" if setting == setting and setting else ""
@@ -195,8 +194,6 @@ def _aggregate(rows, macs_dense: float):
     for column in ("setting", "variant", "row_key"):
         if column not in rows:
             rows = rows.assign(**{column: ""})
-    # rows before the recipe column were trained on the core's equal budget
-    rows = rows.assign(recipe=rows["recipe"].fillna("matched") if "recipe" in rows else "matched")
     rows = rows.assign(_frac=row_fractions(rows, macs_dense))
     grouped = rows.groupby(["curve", "method", "knob_value"], sort=False)
     points = grouped.agg(

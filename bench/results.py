@@ -16,6 +16,7 @@ half-written row.  Row ids are unique per (config hash, knob value, seed).  Repo
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -316,7 +317,26 @@ def load(results_dir: Path | str = "results"):
     frame = pd.concat(frames, ignore_index=True)
     frame["knob_value"] = frame["knob_value"].astype(str)
     frame["uncounted_ops"] = frame["uncounted_ops"].map(lambda v: "" if pd.isna(v) else str(v))
-    return frame
+    return upgrade(frame)
+
+
+# What a row written before a column existed implicitly had in it (a column absent from every row read);
+# every other column added since is missing (NaN).  ``recipe``: rows before it trained on the core's
+# equal budget.
+ABSENT_VALUES: dict[str, Any] = {"code_version": "", "recipe": "matched"}
+
+
+def upgrade(frame):
+    """Rows of every schema version in today's columns: a column no row read has is added with
+    :data:`ABSENT_VALUES` (NaN where it names none), and an empty ``recipe`` (a row written before it, read
+    beside newer ones) is "matched".  What reads rows reads every column without asking whether it exists."""
+    import pandas as pd
+
+    missing = [c for c in COLUMNS if c not in frame]
+    if missing:
+        frame = pd.concat([frame, pd.DataFrame({c: [ABSENT_VALUES.get(c, math.nan)] * len(frame) for c in missing},
+                                               index=frame.index)], axis=1)
+    return frame.assign(recipe=frame["recipe"].fillna("matched"))
 
 
 def load_samples(results_dir: Path | str, task: str, method: str, row_id: str):
