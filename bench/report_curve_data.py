@@ -154,15 +154,10 @@ def _dense_rows(results_dir: Path | str) -> pd.DataFrame | None:
 def _setting_keys(frame) -> tuple[list[str], dict[str, dict[str, str]]]:
     """Each row's setting key (a stable hash of its :func:`_curve_setting`, read from the row's config file)
     and the setting of every key."""
-    import yaml
-
     by_key: dict[str, dict[str, str]] = {}  # setting hash -> setting
     keys = []
     for row in frame.to_dict("records"):
-        path = Path(row["row_file"])
-        config_path = path.with_name(path.name[:-len(".csv")] + ".config.yaml")
-        config = yaml.safe_load(config_path.read_text()) if config_path.exists() else {}
-        setting = _curve_setting(config or {}, row["task"])
+        setting = _curve_setting(results.row_config(row["row_file"]), row["task"])
         keys.append(results.stable_hash(setting))
         by_key[keys[-1]] = setting
     return keys, by_key

@@ -96,14 +96,6 @@ class BudgetCurve:
     base: pd.DataFrame  # the dense base the points start from (same task config and run keys), one row per seed
 
 
-def _config(row: dict) -> dict:
-    import yaml
-
-    path = Path(row["row_file"])
-    config_path = path.with_name(path.name[:-len(".csv")] + ".config.yaml")
-    return (yaml.safe_load(config_path.read_text()) or {}) if config_path.exists() else {}
-
-
 def _today(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[protocol_versions(rows) == results.PROTOCOL_VERSION] if not rows.empty else rows
 
@@ -135,7 +127,7 @@ def load_budget_curves(results_dir: Path | str) -> list[BudgetCurve]:
     on_board = on_board.assign(method_steps=on_board["train_budget"].map(method_budget))
     frame = pd.concat([curve_rows.assign(on_curve=True), on_board.assign(on_curve=False)], ignore_index=True)
     frame = frame[frame["method_steps"].notna()].reset_index(drop=True)
-    configs = [_config(row) for row in frame.to_dict("records")]
+    configs = [results.row_config(row["row_file"]) for row in frame.to_dict("records")]
     frame["setting_key"] = [results.stable_hash(_setting(c, str(m), str(t)))
                             for c, m, t in zip(configs, frame["method"], frame["task"])]
     frame["base_key"] = [results.stable_hash(_base_setting(c, str(t))) for c, t in zip(configs, frame["task"])]
@@ -148,7 +140,7 @@ def load_budget_curves(results_dir: Path | str) -> list[BudgetCurve]:
     dense = dense[pd.Series([k in tasks for k in zip(dense["task"], dense["dataset"])], index=dense.index,
                             dtype=bool)] if not dense.empty else dense
     if not dense.empty:
-        dense = dense.assign(base_key=[results.stable_hash(_dense_setting(_config(row), str(row["task"])))
+        dense = dense.assign(base_key=[results.stable_hash(_dense_setting(results.row_config(row["row_file"]), str(row["task"])))
                                        for row in dense.to_dict("records")])
         dense = _latest_per_seed(dense, ["task", "dataset", "base_key"])
 

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from bench import metrics, registry, results, stats
 from bench.report_curve_data import CURVES_DIR
@@ -36,16 +35,10 @@ class ScratchCurve:
     rows: pd.DataFrame  # latest row per (steps, seed)
 
 
-def _config(row: dict) -> dict:
-    path = Path(row["row_file"])
-    config = path.with_name(path.name[:-len(".csv")] + ".config.yaml")
-    return yaml.safe_load(config.read_text()) if config.exists() else {}
-
-
 def _steps_and_setting(row: dict) -> tuple[int | None, str]:
     """A row's training steps (its task's ``train_steps``) and what else in its task and method sections
     differs from their defaults, as "key=value" text."""
-    config, task, method = _config(row), str(row["task"]), str(row["method"])
+    config, task, method = results.row_config(row["row_file"]), str(row["task"]), str(row["method"])
     section = dict(config.get(task) or {})
     steps = section.pop("train_steps", None)
     changed = []

@@ -339,6 +339,15 @@ def upgrade(frame):
     return frame.assign(recipe=frame["recipe"].fillna("matched"))
 
 
+def row_config(row_file: Path | str) -> dict[str, Any]:
+    """The resolved config a row was made with (``<row_id>.config.yaml`` beside its CSV); {} without one."""
+    import yaml
+
+    path = Path(row_file)
+    config = path.with_name(path.name[:-len(".csv")] + ".config.yaml")
+    return (yaml.safe_load(config.read_text()) or {}) if config.exists() else {}
+
+
 def load_samples(results_dir: Path | str, task: str, method: str, row_id: str):
     import pandas as pd
 
