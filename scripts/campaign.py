@@ -372,6 +372,12 @@ def _ready(item: tuple[int, int, Point], waiting: list[tuple[int, int, Point]], 
         job.seed == seed and job.point.task == point.task and starts_from_base(job.point) for job in running)
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (``taskset -c 1 python scripts/campaign.py`` leaves the others free
+    for other work: its trainings then use one thread)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | None, times: Path,
                  expected: dict[str, float], log_dir: Path, export_bases: bool = False) -> int:
     """Run the plan's pending commands ``jobs`` at a time, each on its share of the CPUs (``threads``, not
@@ -380,7 +386,7 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
     a command that would not end before ``stop`` is skipped.  Each command's output goes to its own log in
     ``log_dir``.  Timings taken while another training runs are not quiet: the rows record the load, and the
     report marks them."""
-    threads = max(1, (os.cpu_count() or 1) // jobs)
+    threads = max(1, usable_cpus() // jobs)
     waiting = [(i, seed, point) for i, (seed, point) in enumerate(plan, 1) if not has_rows(seed, point)]
     running: list[Job] = []
     trained_bases: dict[tuple[str, int], bool] = {}
@@ -497,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     skipped_bases: set[tuple[str, int]] = set()  # --fill: (task, seed) whose base was left for later
     for i, (seed, point) in enumerate(plan, 1):
-        line = command(seed, point)
+        line = command(seed, point, (f"threads={usable_cpus()}",))
         if has_rows(seed, point):
             print(f"[campaign] {i}/{len(plan)} has its rows: {shlex.join(line)}", flush=True)
             continue

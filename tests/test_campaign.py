@@ -150,8 +150,10 @@ def test_campaign_stops_before_a_command_that_would_run_past_until(tmp_path, mon
     assert campaign.main(args) == 0 and ran == []
     assert "would be passed (about 120 min recorded): stopping before command 1/" in capsys.readouterr().out
     fresh = tmp_path / "none.tsv"
+    monkeypatch.setattr(campaign, "usable_cpus", lambda: 1)  # e.g. under taskset -c 1
     campaign.main([*args[:-1], str(fresh)])  # no recorded times: every command starts (the loop runs them all)
-    assert ran and ran[0][-1] == f"seed={seed}"
+    assert ran and ran[0][-2:] == ["threads=1", f"seed={seed}"]
+    assert not any(part == "threads=2" for line in ran for part in line)  # the plan's default is replaced
 
 
 def test_fill_skips_what_does_not_fit_and_what_starts_from_a_skipped_base(tmp_path, monkeypatch, capsys):
@@ -408,7 +410,7 @@ def test_parallel_campaign_starts_bases_first_and_runs_a_base_once(tmp_path, mon
     monkeypatch.setattr(campaign, "base_trained", lambda seed, task: task == "parity" and
                         any(e[0] == "end" and "method=dense" in e[1] for e in events))
     monkeypatch.setattr(campaign.subprocess, "Popen", Process)
-    monkeypatch.setattr(campaign.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
     monkeypatch.setattr(campaign.time, "sleep", lambda s: None)
     assert campaign.run_parallel(plan, 2, None, tmp_path / "times.tsv", {}, tmp_path / "logs") == 0
     started = [" ".join(p.line) for p in live]
