@@ -23,10 +23,11 @@ import numpy as np
 
 from bench import results
 from bench.figures import save_figure
-from bench.speed import load_rows
+from bench.speed import NARROW, load_rows
 
 PANEL = ["task", "arch", "dtype", "threads", "cuda_graph"]
 KEY = PANEL + ["method", "fraction"]
+TARGET = 0.9  # the speed efficiency a method's saving should keep at half its work
 
 
 def round_ci(rounds: str) -> tuple[float, float]:
@@ -98,6 +99,68 @@ def _panel_title(key: tuple) -> str:
     return ", ".join(parts)
 
 
+def efficiency_ci(row) -> tuple[float, float]:
+    """95% interval of a point's efficiency: its MACs ratio over the bounds of its time ratio's interval."""
+    low, high = round_ci(row["time_ratio_rounds"])
+    return float(row["macs_ratio"]) / high, float(row["macs_ratio"]) / low
+
+
+def _draw_narrow(ax, panel, x: str, y: str) -> None:
+    """The aligned narrow dense ideal of the panel as a grey line (no efficiency label: it is the yardstick)."""
+    sub = panel[panel["method"] == NARROW].sort_values("fraction")
+    if not sub.empty:
+        ax.plot(sub[x], sub[y], color="gray", lw=2, alpha=0.6, marker="s", ms=3,
+                label="aligned narrow dense ideal (static model, MLP width f rounded to 64)")
+
+
+def _time_panel(ax, panel, methods, colours, fit, grid) -> None:
+    import numpy as np
+
+    ax.plot(grid, grid, color="black", ls=":", lw=1, label="linear scaling (time = MACs)")
+    ax.axhline(1.0, color="black", lw=0.8)
+    if fit is not None:
+        ax.plot(grid, fit["intercept"] + fit["slope"] * grid, color="gray", ls="--", lw=1,
+                label=f"ACM kernel fit ({fit['variant']}, one layer, batch {fit['batch']}): "
+                      f"{fit['intercept']:.2f} + {fit['slope']:.2f}·f")
+    _draw_narrow(ax, panel, "macs_ratio", "time_ratio")
+    for i, method in enumerate(methods):
+        sub = panel[panel["method"] == method].sort_values("macs_ratio")
+        if sub.empty:
+            continue
+        half = sub.iloc[(sub["fraction"] - 0.5).abs().argsort().iloc[0]]
+        ci = np.array([round_ci(text) for text in sub["time_ratio_rounds"]])
+        # the rounds are stored rounded (4 decimals): clip the rounding out of the bars
+        ax.errorbar(sub["macs_ratio"], sub["time_ratio"], yerr=[(sub["time_ratio"] - ci[:, 0]).clip(lower=0),
+                                                                (ci[:, 1] - sub["time_ratio"]).clip(lower=0)],
+                    marker="o", color=colours(i), capsize=2, elinewidth=0.8,
+                    label=f"{method} (efficiency {half['speed_efficiency']:.2f} at f={half['fraction']:g})")
+    ax.scatter([1.0], [1.0], color="black", zorder=3, s=20, label="dense")
+    ax.set_xlabel("MACs / dense MACs (counted)")
+    ax.set_ylabel("time / dense time (same process, interleaved)")
+    ax.set_xlim(0, 1.2)
+    ax.set_ylim(0, max(1.3, float(panel["time_ratio"].max()) * 1.05))
+
+
+def _efficiency_panel(ax, panel, methods, colours) -> None:
+    import numpy as np
+
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.axhline(TARGET, color="black", ls="--", lw=0.8, label=f"target {TARGET:g} at f = 0.5")
+    _draw_narrow(ax, panel, "executed_fraction", "speed_efficiency")
+    for i, method in enumerate(methods):
+        sub = panel[panel["method"] == method].sort_values("executed_fraction")
+        if sub.empty:
+            continue
+        ci = np.array([efficiency_ci(r) for _, r in sub.iterrows()])
+        eff = sub["speed_efficiency"].to_numpy(dtype=float)
+        ax.errorbar(sub["executed_fraction"], eff, yerr=[(eff - ci[:, 0]).clip(min=0), (ci[:, 1] - eff).clip(min=0)],
+                    marker="o", color=colours(i), capsize=2, elinewidth=0.8, label=method)
+    ax.set_xlabel("executed fraction (the method's decisions)")
+    ax.set_ylabel("speed efficiency = MACs ratio / time ratio")
+    ax.set_xlim(0, 1.05)
+    ax.set_ylim(0, max(1.2, float(panel["speed_efficiency"].max()) * 1.05))
+
+
 def plot(rows, device: str, batch: int, fit: dict | None, path: Path) -> Path:
     import matplotlib
 
@@ -106,39 +169,21 @@ def plot(rows, device: str, batch: int, fit: dict | None, path: Path) -> Path:
     import numpy as np
 
     panels = sorted(rows.groupby(PANEL, dropna=False).groups.items(), key=lambda kv: str(kv[0]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(10.5 * len(panels), 5.2), squeeze=False)  # legend beside
+    fig, axes = plt.subplots(2, len(panels), figsize=(10.5 * len(panels), 10.0), squeeze=False)  # legend beside
     grid = np.linspace(0, 1.2, 50)
     colours = plt.get_cmap("tab10")
-    methods = sorted(set(rows["method"]) - {"dense"})
-    for ax, (key, idx) in zip(axes[0], panels):
+    methods = sorted(set(rows["method"]) - {"dense", NARROW})
+    for column, (key, idx) in enumerate(panels):
         panel = rows.loc[idx]
-        ax.plot(grid, grid, color="black", ls=":", lw=1, label="linear scaling (time = MACs)")
-        ax.axhline(1.0, color="black", lw=0.8)
-        if fit is not None:
-            ax.plot(grid, fit["intercept"] + fit["slope"] * grid, color="gray", ls="--", lw=1,
-                    label=f"ACM kernel fit ({fit['variant']}, one layer, batch {fit['batch']}): "
-                          f"{fit['intercept']:.2f} + {fit['slope']:.2f}·f")
-        for i, method in enumerate(methods):
-            sub = panel[panel["method"] == method].sort_values("macs_ratio")
-            if sub.empty:
-                continue
-            half = sub.iloc[(sub["fraction"] - 0.5).abs().argsort().iloc[0]]
-            ci = np.array([round_ci(text) for text in sub["time_ratio_rounds"]])
-            # the rounds are stored rounded (4 decimals): clip the rounding out of the bars
-            ax.errorbar(sub["macs_ratio"], sub["time_ratio"], yerr=[(sub["time_ratio"] - ci[:, 0]).clip(lower=0),
-                                                                    (ci[:, 1] - sub["time_ratio"]).clip(lower=0)],
-                        marker="o", color=colours(i), capsize=2, elinewidth=0.8,
-                        label=f"{method} (efficiency {half['speed_efficiency']:.2f} at f={half['fraction']:g})")
-        ax.scatter([1.0], [1.0], color="black", zorder=3, s=20, label="dense")
+        top, bottom = axes[0][column], axes[1][column]
+        _time_panel(top, panel, methods, colours, fit, grid)
+        _efficiency_panel(bottom, panel, methods, colours)
         load = panel["loadavg_1m_mean"].astype(float)
-        ax.set_title(f"{_panel_title(key)}\nload average {load.min():.1f}-{load.max():.1f} during timings",
-                     fontsize=9)
-        ax.set_xlabel("MACs / dense MACs (counted)")
-        ax.set_ylabel("time / dense time (same process, interleaved)")
-        ax.set_xlim(0, 1.2)
-        ax.set_ylim(0, max(1.3, float(panel["time_ratio"].max()) * 1.05))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the data
+        top.set_title(f"{_panel_title(key)}\nload average {load.min():.1f}-{load.max():.1f} during timings",
+                      fontsize=9)
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the data
     first = rows.iloc[0]
     fig.suptitle(f"bench speed: wall-clock time vs MACs, {first['device_name']}, batch {batch}; random weights and "
                  "inputs (no dataset)\nbars: 95% bootstrap CI of the median over timing rounds", fontsize=10)
@@ -146,6 +191,21 @@ def plot(rows, device: str, batch: int, fit: dict | None, path: Path) -> Path:
     save_figure(fig, path)
     plt.close(fig)
     return path
+
+
+def at_half(rows) -> list[str]:
+    """Every method's efficiency at f = 0.5 per panel, with its interval and whether it reaches the target."""
+    lines = ["| arch | threads | mode | method | executed | efficiency | 95% CI | reaches " + f"{TARGET:g} |",
+             "|---|---|---|---|---|---|---|---|"]
+    half = rows[(rows["fraction"] == 0.5) & (rows["method"] != "dense")]
+    for _, r in half.sort_values(KEY).iterrows():
+        low, high = efficiency_ci(r)
+        verdict = "yes" if low >= TARGET else ("no" if high < TARGET else "inconclusive")
+        threads = "-" if not r["threads"] else str(int(r["threads"]))
+        lines.append(f"| {r['arch']} | {threads} | {'graph' if str(r['cuda_graph']) == 'True' else 'eager'} | "
+                     f"{r['method']} | {r['executed_fraction']:.3f} | {r['speed_efficiency']:.2f} | "
+                     f"[{low:.2f}, {high:.2f}] | {verdict} |")
+    return lines
 
 
 def table(rows) -> list[str]:
@@ -190,7 +250,9 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
         else:
             path = reports_dir / f"speed_{device}_b{int(batch)}.png"
             written.append(str(plot(quiet, device, int(batch), kernel_fit(results_dir, device, int(batch)), path)))
-            md += [f"![]({path.name})", ""] + table(quiet) + [""]
+            md += [f"![]({path.name})", "", f"Efficiency at f = 0.5 (the interval: the MACs ratio over the 95% "
+                   "bootstrap interval of the median time ratio over rounds):", ""] + at_half(quiet) + [""]
+            md += table(quiet) + [""]
         if not apart.empty:
             md += [f"### Kept apart ({len(apart)} rows: loaded, dirty or without a CPU count)", ""]
             md += [f"- {reason}: {len(sub)} rows" for reason, sub in apart.groupby("_why")] + [""]

@@ -178,6 +178,7 @@ class SpeedConfig:
     results_dir: str = "results"
     max_load: float = 0.0  # 0 = the CPU count
     wait_s: float = 300.0
+    narrow: bool = True
 
 
 KEYS = {
@@ -197,7 +198,31 @@ KEYS = {
     "results_dir": "rows go to <results_dir>/speed/<run_id>/",
     "max_load": "CPU timing starts only when the 1-minute load average is at most this (0: the CPU count)",
     "wait_s": "seconds to wait for the load to fall to max_load before refusing (0: refuse at once)",
+    "narrow": "also time the aligned narrow dense ideal: the dense model with every MLP narrowed to each "
+              "fraction (widths rounded to 64)",
 }
+
+NARROW = "narrow_dense"  # the method name of the aligned narrow dense ideal's rows
+ALIGN = 64  # hidden widths of the narrow dense ideal are multiples of this (GEMM tiles)
+
+
+def aligned_width(fraction: float, hidden: int, align: int = ALIGN) -> int:
+    """Hidden width of a narrow MLP at fraction f: f·hidden rounded (half up) to a multiple of ``align`` and
+    clipped to [0, hidden] (a hidden width that is not a multiple of ``align`` keeps its full width at
+    f = 1)."""
+    if fraction >= 1.0:
+        return hidden
+    return max(0, min(hidden, int(math.floor(fraction * hidden / align + 0.5)) * align))
+
+
+def narrowed(arch: SpeedArch, fraction: float) -> SpeedArch:
+    """``arch`` with every stack's MLP at :func:`aligned_width` (at least one tile): the static model whose
+    MLPs compute what a conditional MLP executing fraction f of its width would, with no gathers."""
+    def narrow(stack: Stack | None) -> Stack | None:
+        if stack is None:
+            return None
+        return dataclasses.replace(stack, mlp=max(min(ALIGN, stack.mlp), aligned_width(fraction, stack.mlp)))
+    return dataclasses.replace(arch, encoder=narrow(arch.encoder), decoder=narrow(arch.decoder))
 
 
 def _bool(text: str) -> bool:
@@ -427,7 +452,36 @@ def prepare(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = prin
                     "executed_fraction": forcer.executed_fraction(model, decisions), "macs_per_sample": logged,
                     "macs_counted_per_sample": counted, "uncounted_ops": ";".join(counter.report.uncounted)}))
                 log(f"{name} f={fraction:g}: {logged / dense_macs:.3f} of dense MACs (counter {counted / dense_macs:.3f})")
+        if cfg.narrow:
+            points += _narrow_points(cfg, module, arch, x, dense_macs, log)
     return points, base, dense_macs
+
+
+def _narrow_points(cfg: SpeedConfig, module, arch: SpeedArch, x, dense_macs: float,
+                   log: Callable[[str], None]) -> list[Point]:
+    """The aligned narrow dense ideal at every fraction (:func:`narrowed`; random weights, seeded like
+    dense): the time a static model takes for the MACs a conditional MLP would execute.  Its MACs are the
+    counter's (no decisions to log); its executed fraction is the encoder MLP's width over the dense one's."""
+    import torch
+
+    from bench import cost
+
+    device, dtype = torch.device(cfg.device), _dtype(torch, cfg.dtype)
+    points = []
+    for fraction in cfg.fraction:
+        small = narrowed(arch, fraction)
+        torch.manual_seed(cfg.seed)
+        model = module.build(small).model.eval().to(device, dtype)
+        with cost.count_macs() as counter:
+            model(x)
+        macs = counter.report.macs / cfg.batch
+        points.append(Point(NARROW, fraction, lambda model=model: model(x), {
+            "method": NARROW, "decisions": f"MLP width (multiple of {ALIGN})", "fraction": fraction,
+            "executed_fraction": small.encoder.mlp / arch.encoder.mlp, "macs_per_sample": macs,
+            "macs_counted_per_sample": macs, "uncounted_ops": ";".join(counter.report.uncounted)}))
+        log(f"{NARROW} f={fraction:g}: MLP {small.encoder.mlp} of {arch.encoder.mlp}, {macs / dense_macs:.3f} of "
+            "dense MACs")
+    return points
 
 
 def run(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = print) -> list[dict]:

@@ -14,7 +14,9 @@ products, or products that read more weight bytes per MAC, e.g. a one-token head
 
 Profiler times are self CPU times summed over ``--calls`` calls per point, after one warm-up call; the
 profiler's own overhead lengthens every point a little, so read ratios, not absolute times (``bench speed``
-gives those).  The 1-minute load average is printed before and after.
+gives those).  Beside the table: the point's unprofiled wall time (median of ``--calls`` calls) against
+the operators' self time (the rest is Python and dispatch between operators) and its number of aten
+operator calls, against dense's: at small sizes that count, not the MACs, sets the time.  The 1-minute load average is printed before and after.
 """
 
 from __future__ import annotations
@@ -66,16 +68,26 @@ def by_kind(amounts: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def profile_point(fn, calls: int) -> dict[str, float]:
-    """Self CPU milliseconds per call of every aten operator of ``fn``."""
+def profile_point(fn, calls: int) -> tuple[dict[str, float], float, float]:
+    """(self CPU milliseconds per call of every aten operator of ``fn``, aten operator calls per call (nested
+    ones included), median unprofiled wall milliseconds per call)."""
+    import time
+
     import torch
     from torch.profiler import ProfilerActivity
 
     fn()
+    walls = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        walls.append((time.perf_counter() - start) * 1e3)
     with torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(calls):
             fn()
-    return {e.key: e.self_cpu_time_total / 1e3 / calls for e in prof.key_averages() if e.key.startswith("aten::")}
+    events = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+    return ({e.key: e.self_cpu_time_total / 1e3 / calls for e in events}, sum(e.count for e in events) / calls,
+            sorted(walls)[len(walls) // 2])
 
 
 def macs_by_op(fn) -> dict[str, float]:
@@ -121,13 +133,16 @@ def run(argv: list[str], calls: int, top: int) -> list[str]:
            f"{base['device_name']}, {cfg.threads} thread(s), batch {cfg.batch}, {calls} profiled calls per point, "
            f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average {load_before:.2f} before"]
     with torch.inference_mode():
-        measured = [(p, profile_point(p.fn, calls), macs_by_op(p.fn)) for p in points]
-    dense = measured[0]
-    for point, ms, macs in measured[1:]:
-        out += ["", *table(dense[1:], (ms, macs), f"{point.method} f={point.fraction:g}"), "",
+        measured = [(p, *profile_point(p.fn, calls), macs_by_op(p.fn)) for p in points]
+    _, dense_ms, dense_ops, dense_wall, dense_macs = measured[0]
+    for point, ms, ops, wall, macs in measured[1:]:
+        out += ["", *table((dense_ms, dense_macs), (ms, macs), f"{point.method} f={point.fraction:g}"), "",
+                f"unprofiled wall time per call: {wall:.2f} ms ({wall / dense_wall:.3f} x dense's {dense_wall:.2f} ms); "
+                f"operators' self time {sum(ms.values()):.2f} ms (dense {sum(dense_ms.values()):.2f}); "
+                f"aten operator calls per call: {ops:.0f} (dense {dense_ops:.0f})", "",
                 f"heaviest operators of {point.method} f={point.fraction:g} (self ms per call; dense beside):"]
         for name, value in sorted(ms.items(), key=lambda kv: -kv[1])[:top]:
-            out.append(f"- {name}: {value:.2f} (dense {dense[1].get(name, 0.0):.2f})")
+            out.append(f"- {name}: {value:.2f} (dense {dense_ms.get(name, 0.0):.2f})")
     out += ["", f"load average {os.getloadavg()[0]:.2f} after"]
     return out
 

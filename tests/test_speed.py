@@ -122,7 +122,8 @@ def test_rows_one_file_per_point(speed_rows):
     runs = list((speed_rows / "speed").iterdir())
     assert len(runs) == 1
     files = sorted(p.name for p in runs[0].glob("*.csv"))
-    assert files == sorted(["dense_f1.csv"] + [f"{m}_f{f}.csv" for m in FORCED for f in ("0.25", "1")])
+    assert files == sorted(["dense_f1.csv"] + [f"{m}_f{f}.csv" for m in (*FORCED, speed.NARROW)
+                                               for f in ("0.25", "1")])
     rows = speed.load_rows(speed_rows)
     assert list(rows.columns) == speed.COLUMNS and (rows["status"] == "ok").all()
     dense = rows[rows["method"] == "dense"].iloc[0]
@@ -134,6 +135,26 @@ def test_rows_one_file_per_point(speed_rows):
         sub = rows[rows["method"] == method].set_index("fraction")
         assert sub.loc[0.25, "macs_ratio"] < sub.loc[1.0, "macs_ratio"]
     assert not pd.isna(rows["git_sha"]).any() and rows["command"].str.startswith("python -m bench speed").all()
+    # the aligned narrow dense ideal: tiny's MLP (128) at f = 0.25 rounds to one tile of 64; at f = 1 it is dense
+    narrow = rows[rows["method"] == speed.NARROW].set_index("fraction")
+    assert narrow.loc[0.25, "executed_fraction"] == 0.5 and narrow.loc[0.25, "macs_ratio"] < 1.0
+    assert narrow.loc[1.0, "macs_ratio"] == pytest.approx(1.0)
+
+
+def test_aligned_width_and_narrowed_arch():
+    assert speed.aligned_width(0.9, 3072) == 2752 and speed.aligned_width(1.0, 3000) == 3000
+    assert speed.aligned_width(0.5, 3072) == 1536 and speed.aligned_width(0.01, 3072) == 0
+    arch = speed.SpeedArch("x", speed.Stack(768, 12, 12, 3072), speed.Stack(512, 6, 8, 2048), length=1)
+    small = speed.narrowed(arch, 0.3)
+    assert (small.encoder.mlp, small.decoder.mlp) == (896, 640)  # 921.6 -> 896, 614.4 -> 640
+    assert small.encoder.d_model == 768 and small.decoder.layers == 6
+    assert speed.narrowed(arch, 0.0).encoder.mlp == 64  # at least one tile
+    assert speed.narrowed(speed.SpeedArch("y", speed.Stack(32, 2, 2, 48)), 0.0).encoder.mlp == 48
+
+
+def test_narrow_false_times_no_ideal(tmp_path):
+    assert cli.main(["speed", "method=acm", *TINY, "fraction=0.5", "narrow=false", f"results_dir={tmp_path}"]) == 0
+    assert set(speed.load_rows(tmp_path)["method"]) == {"dense", "acm"}
 
 
 def _as_timed(speed_rows, root, *, load: float, dirty: bool):
@@ -164,6 +185,25 @@ def test_report_draws_figure_and_table(speed_rows, tmp_path):
     text = (tmp_path / "speed.md").read_text()
     assert "| cpu | 2 | imagenet | tiny | fp32 | 1 | eager | acm | 0.25 |" in text and "Kept apart" not in text
     assert report_speed.write(tmp_path / "none", tmp_path / "none_reports") == []
+
+
+def test_efficiency_at_half_with_its_interval():
+    """The f = 0.5 table: an efficiency whose whole interval clears 0.9 reaches it, one whose interval
+    straddles it is inconclusive, one wholly below does not; the interval is the MACs ratio over the time
+    ratio's bounds."""
+    base = {"task": "imagenet", "arch": "b16", "dtype": "fp32", "threads": 1, "cuda_graph": False,
+            "fraction": 0.5, "executed_fraction": 0.5, "macs_ratio": 0.5}
+    rows = pd.DataFrame([
+        {**base, "method": "a", "time_ratio": 0.52, "time_ratio_rounds": "0.5200;0.5210;0.5190;0.5205"},
+        {**base, "method": "b", "time_ratio": 0.555, "time_ratio_rounds": "0.5000;0.5550;0.6000;0.5600"},
+        {**base, "method": "c", "time_ratio": 0.70, "time_ratio_rounds": "0.7000;0.7010;0.6990;0.7005"},
+        {**base, "method": "dense", "fraction": 1.0, "time_ratio": 1.0, "time_ratio_rounds": "1;1"}])
+    rows["speed_efficiency"] = rows["macs_ratio"] / rows["time_ratio"]
+    lines = report_speed.at_half(rows)
+    verdicts = {line.split("|")[4].strip(): line.split("|")[-2].strip() for line in lines[2:]}
+    assert verdicts == {"a": "yes", "b": "inconclusive", "c": "no"}
+    low, high = report_speed.efficiency_ci(rows.iloc[2])
+    assert low < 0.5 / 0.70 < high and high - low < 0.01
 
 
 def test_loaded_or_dirty_speed_rows_stay_out_of_the_headline(speed_rows, tmp_path):

@@ -65,6 +65,7 @@ from bench import provenance
 from bench.kernels.graphs import capture, host_sync_free
 from bench.kernels.timer import device_timer, gemm_peak_tflops, median_iqr, versions
 from bench.results import atomic_write_frame
+from bench.speed import aligned_width
 from methods.acm.kernels.bench_args import IDEAL_ALIGN, check, parser, resolve  # noqa: F401  (check: the verb's)
 from methods.acm.kernels.bench_rows import (ACM_VARIANTS, BEST_DENSE, COMPILE, DENSE, GRAPH, IDEAL, NO_K_MODE,
                                             base_variant, finish_rows, fit_rows, plot_kernel_rows, refit)
@@ -74,12 +75,8 @@ GATE_HIDDEN = 16
 
 
 def ideal_width(fraction: float, hidden: int, align: int = IDEAL_ALIGN) -> int:
-    """Hidden width of the ideal narrow MLP at fraction f: f·hidden rounded (half up) to a multiple of
-    ``align`` and clipped to [0, hidden] (a hidden width that is not a multiple of ``align`` keeps its full
-    width at f = 1)."""
-    if fraction >= 1.0:
-        return hidden
-    return max(0, min(hidden, int(math.floor(fraction * hidden / align + 0.5)) * align))
+    """Hidden width of the ideal narrow MLP at fraction f (``bench speed``'s aligned width: the same rule)."""
+    return aligned_width(fraction, hidden, align)
 
 # CPU acceptance targets for the sorted PyTorch path (benchmark targets, reported, not asserted).
 CPU_TARGET = {"variant": "acm_sorted", "batch": 8, "max_intercept": 0.10, "slope": (0.9, 1.1), "min_r2": 0.98}

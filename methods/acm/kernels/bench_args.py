@@ -8,11 +8,12 @@ from pathlib import Path
 
 from bench import paths
 from bench.errors import UserError
+from bench.speed import ALIGN
 from methods.acm.kernels.bench_rows import ACM_VARIANTS, COMPILE, DENSE, IDEAL
 
 ALL_VARIANTS = (DENSE, COMPILE, IDEAL) + ACM_VARIANTS
 DEFAULT_FRACTIONS = tuple(round(0.1 * i, 1) for i in range(11))
-IDEAL_ALIGN = 64  # hidden widths of the ideal narrow MLP are multiples of this
+IDEAL_ALIGN = ALIGN  # hidden widths of the ideal narrow MLP are multiples of this (bench speed's too)
 
 
 def parser() -> argparse.ArgumentParser:
