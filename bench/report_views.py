@@ -153,26 +153,33 @@ def _distinct_parts(variants: list[str]) -> dict[str, str]:
     return {v: ";".join(p for p in parts if p not in common) or v for v, parts in split.items()}
 
 
+def _without_recipe(variant) -> str:
+    """A variant string without its ``recipe=`` part (NaN -> ""): a label names the recipe once, from the
+    row's ``recipe`` column."""
+    if variant != variant:
+        return ""
+    return ";".join(part for part in str(variant).split(";") if not part.startswith("recipe="))
+
+
 def _curve_labels(rows) -> list[str]:
     """"method", plus " [variant]" if the method appears with several variants on this task (only the
-    parts that differ), plus " (knob)" if it appears with several knobs.  Full variants stay in the rows
-    table."""
+    parts that differ, the recipe left out), plus " [recipe=…]" if it appears under several recipes, plus
+    " (knob)" if it appears with several knobs.  Full variants stay in the rows table."""
     if "setting" not in rows:
         rows = rows.assign(setting="")
     protocol = protocol_versions(rows)
     protocols_per_method = protocol.groupby(rows["method"]).nunique()
     recipes_per_method = rows["recipe"].groupby(rows["method"]).nunique()
     knobs_per_method = rows.groupby("method")["knob_name"].nunique()
-    short = {m: _distinct_parts([str(v) for v in group.unique()])
-             for m, group in rows.fillna({"variant": ""}).groupby("method")["variant"]}
+    variants = rows["variant"].map(_without_recipe) if "variant" in rows else rows["method"].map(lambda _: "")
+    short = {m: _distinct_parts(list(group.unique())) for m, group in variants.groupby(rows["method"])}
     labels = []
-    for (method, variant, setting, knob), version, kind in zip(rows[CURVE_KEY].itertuples(index=False), protocol,
-                                                            rows["recipe"]):
-        variant = "" if variant != variant else str(variant)  # NaN -> ""
+    for (method, _, setting, knob), variant, version, kind in zip(rows[CURVE_KEY].itertuples(index=False), variants,
+                                                                  protocol, rows["recipe"]):
         label = method + (f" [{short[method][variant]}]" if variant and len(short[method]) > 1 else "")
         label += f" [{setting}]" if setting == setting and setting else ""
         label += f" [protocol {int(version)}]" if protocols_per_method[method] > 1 else ""  # never one curve
-        label += f" [recipe={kind}]" if recipes_per_method[method] > 1 and f"recipe={kind}" not in label else ""
+        label += f" [recipe={kind}]" if recipes_per_method[method] > 1 else ""
         labels.append(label + (f" ({knob})" if knobs_per_method[method] > 1 else ""))
     return labels
 

@@ -49,7 +49,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,7 +149,10 @@ class Progress:
     left_trained_s: float = 0.0  # the rows' training time of points the times file has not timed
     left_trained: int = 0
     left_unmeasured: int = 0
+    left_throughput_s: float = 0.0  # of the unmeasured: their training time by measured throughput
+    left_base_rate: int = 0  # of those: commands with a stage timed at the dense base's step time
     unknown: int = 0  # commands has_rows cannot judge (bench run would report why)
+    pending: list = field(default_factory=list)  # (command line, seconds or None, where the estimate is from)
 
     def line(self) -> str:
         left = self.commands - self.done - self.unknown
@@ -159,6 +162,9 @@ class Progress:
                 + (f", {self.left_trained} of them training about {self.left_trained_s / 3600:.1f} h by the "
                    "same points' rows" if self.left_trained else "")
                 + (f", {self.left_unmeasured} with no recorded time" if self.left_unmeasured else "")
+                + (f" (training about {self.left_throughput_s / 3600:.1f} h by measured throughput"
+                   + (f"; {self.left_base_rate} at the dense base's step time" if self.left_base_rate else "")
+                   + ")" if self.left_throughput_s else "")
                 + (f"; {self.unknown} cannot be judged (run them to see why)" if self.unknown else ""))
 
 
@@ -256,43 +262,69 @@ def ends_in_time(now: dt.datetime, stop: dt.datetime | None, estimate_s: float |
 
 
 def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
-             trained: dict[str, float] | None = None) -> list[Progress]:
+             trained: dict[str, float] | None = None, throughput=None) -> list[Progress]:
     """Per task (in :data:`TASK_ORDER`) and seed, the progress of ``plan``; ``trained`` is
-    :func:`row_train_times`, for the points the times file has not timed."""
+    :func:`row_train_times`, for the points the times file has not timed; ``throughput(seed, point)``
+    (:func:`campaign_estimate.estimate`) estimates the rest from measured training throughput."""
     measured = estimates(times)
     trained = trained or {}
+    base_counted: set[tuple[str, int]] = set()  # the first pending command of a seed trains its base
     out = []
     for task in [t for t in TASK_ORDER if any(point.task == t for _, point in plan)]:
         for seed in sorted({s for s, point in plan if point.task == task}):
             row = Progress(task, seed, sum(1 for s, p in plan if p.task == task and s == seed))
             for _, point in [(s, p) for s, p in plan if p.task == task and s == seed]:
                 done = has_rows(seed, point)
+                line = shlex.join(command(seed, point))
                 if done:
                     row.done += 1
                 elif done is None:
                     row.unknown += 1
                 elif point_id(point) in measured:
                     row.left_estimate_s += measured[point_id(point)]
+                    row.pending.append((line, measured[point_id(point)], "recorded wall time"))
                 elif point_id(point) in trained:
                     row.left_trained_s += trained[point_id(point)]
                     row.left_trained += 1
+                    row.pending.append((line, trained[point_id(point)], "its rows' training time"))
                 else:
                     row.left_unmeasured += 1
+                    guess = throughput(seed, point) if throughput is not None else None
+                    if guess is None:
+                        row.pending.append((line, None, "no estimate"))
+                        continue
+                    if (task, seed) in base_counted:
+                        guess = guess.without_base()
+                    if any(stage == "dense:base" for stage, _ in guess.to_train):
+                        base_counted.add((task, seed))
+                    row.left_throughput_s += guess.seconds
+                    row.left_base_rate += bool(guess.at_base_rate)
+                    row.pending.append((line, guess.seconds, "training throughput" + (
+                        f" ({', '.join(guess.at_base_rate)} at the dense base's step time)" if guess.at_base_rate
+                        else "")))
             out.append(row)
     return out
 
 
 def status(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
-           trained: dict[str, float] | None = None) -> list[str]:
-    """The lines ``--status`` prints: :func:`progress` per task and seed, then the totals."""
-    rows = progress(plan, times, trained)
-    return [r.line() for r in rows] + [
+           trained: dict[str, float] | None = None, throughput=None) -> list[str]:
+    """The lines ``--status`` prints: :func:`progress` per task and seed, the totals, then every pending
+    command with its estimate and where the estimate comes from."""
+    rows = progress(plan, times, trained, throughput)
+    lines = [r.line() for r in rows] + [
         f"total: {sum(r.done for r in rows)}/{len(plan)} commands have rows; left: "
         f"{sum(r.left_estimate_s for r in rows) / 3600:.1f} h estimated (wall time of the campaign's commands "
         f"that ran start to finish) + {sum(r.left_trained for r in rows)} commands training about "
         f"{sum(r.left_trained_s for r in rows) / 3600:.1f} h (their points' rows' training time) + "
         f"{sum(r.left_unmeasured for r in rows)} commands with no recorded time"
+        + (f", training about {sum(r.left_throughput_s for r in rows) / 3600:.1f} h by measured throughput"
+           if any(r.left_throughput_s for r in rows) else "")
         + (f"; {sum(r.unknown for r in rows)} cannot be judged" if any(r.unknown for r in rows) else "")]
+    pending = [p for r in rows for p in r.pending]
+    if pending:
+        lines.append("pending commands (estimated time, from):")
+        lines += [f"  {'?' if s is None else f'{s / 60:.0f} min'}  {line}  ({source})" for line, s, source in pending]
+    return lines
 
 
 @dataclass
@@ -370,6 +402,16 @@ def _ready(item: tuple[int, int, Point], waiting: list[tuple[int, int, Point]], 
         trained_bases[(point.task, seed)] = base_trained(seed, point.task)
     return trained_bases[(point.task, seed)] or not any(
         job.seed == seed and job.point.task == point.task and starts_from_base(job.point) for job in running)
+
+
+def throughput_estimator():
+    """(seed, point) -> :class:`campaign_estimate.Estimate` at this machine's thread count, from the measured
+    training throughput (``results/throughput``) and, where a stage has none, the dense base's step time
+    measured once per task."""
+    import campaign_estimate
+
+    rates, base_step_s = campaign_estimate.measured_rates(), campaign_estimate.live_base_step_s()
+    return lambda seed, point: campaign_estimate.estimate(seed, point, usable_cpus(), rates, base_step_s)
 
 
 def usable_cpus() -> int:
@@ -480,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = matching(planned(seeds, tuple(t for t in TASK_ORDER if not args.task or t in args.task)), args.match)
     times = Path(args.times)
     if args.status:
-        print("\n".join(status(plan, read_times(times), row_train_times())))
+        print("\n".join(status(plan, read_times(times), row_train_times(), throughput_estimator())))
         return 0
     if args.list:
         print("\n".join(shlex.join(command(seed, point)) for seed, point in plan))

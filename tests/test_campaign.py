@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench import config
 from helpers import load_script
 
@@ -458,3 +460,60 @@ def test_export_new_base_ships_what_this_machine_trained(tmp_path, monkeypatch):
     done[0] = True
     monkeypatch.setattr(campaign, "SHIPPED_LIMIT", 999)
     assert campaign.export_new_base(1, "imagenet") is None and len(calls) == 1
+
+
+def test_stage_rates_fall_back_to_the_same_kind_then_to_none(tmp_path):
+    _campaign()  # puts scripts/ on the path
+    estimate = load_script("campaign_estimate")
+    import pandas as pd
+
+    rows = [("imagenet", "acm:e2e-b0.6", 1, 8.0, "2026-01-01"), ("imagenet", "acm:e2e-b0.6", 1, 9.0, "2026-02-01"),
+            ("imagenet", "acm:e2e-b0.75", 1, 7.0, "2026-01-01"), ("imagenet", "dense:base", 2, 20.0, "2026-01-01")]
+    pd.DataFrame(rows, columns=["task", "stage", "threads", "steps_per_s", "timestamp"]).to_csv(
+        tmp_path / "a.csv", index=False)
+    rates = estimate.measured_rates(tmp_path)
+    assert rates[("imagenet", "acm:e2e-b0.6", 1)] == 9.0  # the latest row
+    assert estimate.stage_rate(rates, "imagenet", "acm:e2e-b0.4", 1) == 7.0  # the slowest of its kind
+    assert estimate.stage_rate(rates, "imagenet", "acm:gates", 1) is None
+    assert estimate.stage_rate(rates, "imagenet", "dense:base", 1) is None  # another thread count
+    assert estimate.measured_rates(tmp_path / "none") == {}
+
+
+def test_estimate_times_the_stages_left_to_train(tmp_path, monkeypatch):
+    """A paper-recipe ACM point at a seed with no base here: the base then every ACM stage, each at its
+    measured rate or, without one, at the base's step time; the stage steps are the recipe's."""
+    campaign = _campaign()
+    estimate = load_script("campaign_estimate")
+    monkeypatch.setattr(estimate, "ROOT", tmp_path)  # an empty cache: nothing trained here
+    point = campaign.Point("imagenet", ("method=acm", "acm.beta_target=0.4", "recipe=paper"))
+    todo = estimate.stages_to_train(7, point, 1)
+    assert todo[0][0] == "dense:base" and [s.split(":")[0] for s, _ in todo[1:]] == ["acm"] * (len(todo) - 1)
+    base_steps = todo[0][1]
+    assert abs(sum(steps for _, steps in todo[1:]) - base_steps / 3) <= 1  # the paper: a third of the base
+    rates = {("imagenet", "dense:base", 1): 20.0, ("imagenet", todo[1][0], 1): 10.0}
+    guess = estimate.estimate(7, point, 1, rates, lambda task, threads: 0.5)
+    rest = todo[2:]
+    assert guess.at_base_rate == [s for s, _ in rest]
+    assert guess.seconds == pytest.approx(base_steps / 20 + todo[1][1] / 10 + sum(n for _, n in rest) * 0.5)
+
+
+def test_status_lists_every_pending_command_with_its_estimate(monkeypatch):
+    campaign = _campaign()
+    estimate = load_script("campaign_estimate")
+    done, timed, guessed = (campaign.Point("parity", ("method=act", f"act.tau={t}")) for t in ("1", "2", "3"))
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: point == done)
+    times = {(campaign.point_id(timed), 0): 600.0}
+    guess = estimate.Estimate(5400.0, [("act:tau3", 100)], ["act:tau3"], [5400.0])
+    lines = campaign.status([(0, done), (0, timed), (0, guessed)], times, {}, lambda seed, point: guess)
+    assert "1/3 commands have rows" in lines[0] and "training about 1.5 h by measured throughput" in lines[0]
+    assert "1 at the dense base's step time" in lines[0]
+    pending = lines[lines.index("pending commands (estimated time, from):") + 1:]
+    assert len(pending) == 2 and "10 min" in pending[0] and "recorded wall time" in pending[0]
+    assert "90 min" in pending[1] and "act:tau3 at the dense base's step time" in pending[1]
+    assert "act.tau=1" not in "".join(pending)
+    # two commands of one seed that both lack the base: the base's time is counted once
+    with_base = estimate.Estimate(3000.0, [("dense:base", 10), ("act:tau3", 5)], ["dense:base"], [2400.0, 600.0])
+    lines = campaign.status([(0, timed), (0, guessed), (1, guessed), (0, done)], {}, {},
+                            lambda seed, point: with_base)
+    assert "training about 1.0 h by measured throughput" in lines[0]  # 3000 + 600 s at seed 0
+    assert "training about 0.8 h by measured throughput" in lines[1]  # seed 1 trains its own base

@@ -238,6 +238,22 @@ def test_curve_labels_keep_only_differing_variant_parts():
     assert _distinct_parts(["same"]) == {"same": "same"}
 
 
+def test_curve_labels_name_the_recipe_once():
+    """A method under two recipes: the recipe appears once per label (from the row's recipe column), not also
+    as a differing variant part; another differing part still shows."""
+    import pandas as pd
+
+    from bench.report_views import _curve_labels
+
+    rows = pd.DataFrame({"method": ["acm", "acm", "acm", "dense"], "setting": ["", "", "", ""],
+                         "variant": ["alpha=1;recipe=", "alpha=1;recipe=paper", "alpha=0.1;recipe=paper", ""],
+                         "knob_name": ["beta"] * 3 + ["width"], "recipe": ["matched", "paper", "paper", "matched"]})
+    assert _curve_labels(rows) == ["acm [alpha=1] [recipe=matched]", "acm [alpha=1] [recipe=paper]",
+                                   "acm [alpha=0.1] [recipe=paper]", "dense"]
+    one_recipe = rows[rows["recipe"] == "paper"].reset_index(drop=True)
+    assert _curve_labels(one_recipe) == ["acm [alpha=1]", "acm [alpha=0.1]"]
+
+
 def test_timing_view_never_mixes_thread_counts(tmp_path):
     rows = [_row("dense", "static", 1.0, 1.0, 0.90), _row("acm", "train", 0.1, 0.5, 0.85),
             _row("acm", "train", 0.2, 0.6, 0.87)]

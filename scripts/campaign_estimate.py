@@ -1,0 +1,114 @@
+"""The campaign's estimate of a command's training time from measured training throughput: the stages the
+command still has to train on this machine (its plan, as ``bench run`` prints it), each at the optimizer
+steps per second ``scripts/train_throughput.py`` measured for that stage at the command's thread count
+(``results/throughput``).
+
+A stage with no measurement of its own takes the slowest measured stage of the same method and kind (the
+stage name up to its first "-": ``e2e-b0.4`` is timed by ``e2e-b0.6``), so the estimate errs long; a
+stage with neither takes the step time of the task's dense base measured now (``bench run``'s plan line:
+a method's steps may cost more), and the estimate says so.  The estimate counts training only (not the
+evaluation and timing after it) and assumes one training on the machine at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from campaign_plan import Point, command
+
+ROOT = Path(__file__).resolve().parent.parent
+THROUGHPUT = ROOT / "results" / "throughput"
+
+Rates = dict[tuple[str, str, int], float]  # (task, "<method>:<stage>", threads) -> optimizer steps per second
+
+
+def measured_rates(folder: Path = THROUGHPUT) -> Rates:
+    """The latest measured steps per second of every (task, stage, threads) in ``folder``'s rows."""
+    import pandas as pd
+
+    frames = [pd.read_csv(p) for p in sorted(folder.glob("*.csv"))] if folder.is_dir() else []
+    if not frames:
+        return {}
+    rows = pd.concat(frames, ignore_index=True).sort_values("timestamp")
+    latest = rows.groupby(["task", "stage", "threads"]).tail(1)
+    return {(str(r.task), str(r.stage), int(r.threads)): float(r.steps_per_s) for r in latest.itertuples()}
+
+
+def stage_rate(rates: Rates, task: str, stage: str, threads: int) -> float | None:
+    """Steps per second of ``stage`` ("<method>:<name>"): its own measurement, else the slowest measured stage
+    of the same method and kind, else None."""
+    if (task, stage, threads) in rates:
+        return rates[(task, stage, threads)]
+    kind = stage.split("-")[0]
+    near = [v for (t, s, th), v in rates.items() if t == task and th == threads and s.split("-")[0] == kind]
+    return min(near) if near else None
+
+
+@dataclass
+class Estimate:
+    seconds: float  # training seconds left
+    to_train: list[tuple[str, int]]  # ("<method>:<stage>", steps) still to train here
+    at_base_rate: list[str]  # the stages of to_train timed at the dense base's step time (no measured rate)
+    stage_seconds: list[float]  # per stage of to_train
+
+    def without_base(self) -> "Estimate":
+        """The estimate once another command has trained the dense base (commands of one seed share it)."""
+        keep = [i for i, (stage, _) in enumerate(self.to_train) if stage != "dense:base"]
+        return Estimate(sum(self.stage_seconds[i] for i in keep), [self.to_train[i] for i in keep],
+                        [s for s in self.at_base_rate if s != "dense:base"], [self.stage_seconds[i] for i in keep])
+
+
+def stages_to_train(seed: int, point: Point, threads: int) -> list[tuple[str, int]]:
+    """("<method>:<stage>", steps) of every stage a command of ``point`` would train on this machine (the
+    dense base first when it is neither cached nor shipped)."""
+    from bench import config, protocol, runner
+
+    cfg = config.compose(command(seed, point, (f"threads={threads}",))[4:])
+    cfg.cache_dir = str(ROOT / str(cfg.cache_dir))
+    method_name, task_name = config.selected(cfg)
+    run, task, method = runner.build(cfg, method_name, task_name)
+    plan = protocol.plan(method)
+    todo = []
+    if plan.starts_from == "base" and \
+            protocol.stage_state(run, "dense", protocol.base_stage_name(), plan.parent_key) == "to train":
+        todo.append(("dense:base", int(task.base_budget()["steps"])))
+    for planned in plan.stages:
+        if planned.steps and protocol.stage_state(run, run.method, planned.stage.name, planned.key) == "to train":
+            todo.append((f"{method_name}:{planned.stage.name}", int(planned.steps)))
+    return todo
+
+
+def estimate(seed: int, point: Point, threads: int, rates: Rates, base_step_s) -> Estimate:
+    """A command's training seconds left on this machine from measured throughput; ``base_step_s(task,
+    threads)`` gives the dense base's seconds per step for stages without a measured rate."""
+    todo = stages_to_train(seed, point, threads)
+    per_stage, at_base = [], []
+    for stage, steps in todo:
+        rate = stage_rate(rates, point.task, stage, threads)
+        if rate is None:
+            at_base.append(stage)
+            per_stage.append(steps * base_step_s(point.task, threads))
+        else:
+            per_stage.append(steps / rate)
+    return Estimate(sum(per_stage), todo, at_base, per_stage)
+
+
+def live_base_step_s():
+    """A ``base_step_s`` that measures each (task, threads) once, now (``bench.runner.base_step_s``, at the
+    task's base batch size)."""
+    measured: dict[tuple[str, int], float] = {}
+
+    def step_s(task: str, threads: int) -> float:
+        if (task, threads) not in measured:
+            import torch
+
+            from bench import config, runner
+
+            torch.set_num_threads(threads)
+            cfg = config.compose(["method=dense", f"task={task}", f"threads={threads}"])
+            _, built, _ = runner.build(cfg, "dense", task)
+            measured[(task, threads)] = runner.base_step_s(built, int(built.base_budget()["batch_size"]), "cpu")
+        return measured[(task, threads)]
+
+    return step_s
