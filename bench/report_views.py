@@ -179,7 +179,8 @@ def _curve_labels(rows) -> list[str]:
         label = method + (f" [{short[method][variant]}]" if variant and len(short[method]) > 1 else "")
         label += f" [{setting}]" if setting == setting and setting else ""
         label += f" [protocol {int(version)}]" if protocols_per_method[method] > 1 else ""  # never one curve
-        label += f" [recipe={kind}]" if recipes_per_method[method] > 1 else ""
+        # a paper-recipe row's setting already names its recipe
+        label += f" [recipe={kind}]" if recipes_per_method[method] > 1 and f"recipe={kind}" not in label else ""
         labels.append(label + (f" ({knob})" if knobs_per_method[method] > 1 else ""))
     return labels
 

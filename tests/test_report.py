@@ -252,6 +252,8 @@ def test_curve_labels_name_the_recipe_once():
                                    "acm [alpha=0.1] [recipe=paper]", "dense"]
     one_recipe = rows[rows["recipe"] == "paper"].reset_index(drop=True)
     assert _curve_labels(one_recipe) == ["acm [alpha=1]", "acm [alpha=0.1]"]
+    named = rows.assign(setting=["", "recipe=paper", "recipe=paper", ""])  # a setting that names the recipe
+    assert _curve_labels(named)[1] == "acm [alpha=1] [recipe=paper]"
 
 
 def test_timing_view_never_mixes_thread_counts(tmp_path):
