@@ -116,6 +116,7 @@ PLAN: dict[str, list[Point]] = {
         # budget or threshold
         _p("iwslt", "method=cct", *IWSLT, "recipe=paper"),
         _p("iwslt", "method=dat", *IWSLT, "recipe=paper"),
+        _p("iwslt", "method=cct", *IWSLT, "cct.pairs=decoder", "recipe=paper"),  # cct-iwslt check 3: (1, p)
         *[_p("iwslt", "method=acm", *IWSLT, "acm.alpha_b=1.0", f"acm.beta_target={b}") for b in (0.25, 0.4, 0.6, 0.75)],
         _p("iwslt", "method=moefication", *IWSLT),
         _p("iwslt", "method=acm", *IWSLT, "acm.beta_target=0.6"),  # the paper's loss weights
