@@ -340,11 +340,10 @@ class Job:
 
 def base_checkpoint(seed: int, task: str) -> Path:
     """Where this machine's cache keeps the dense base of ``task`` at ``seed`` (the key a run computes)."""
-    from bench import config, protocol, runner
+    import campaign_estimate
+    from bench import protocol
 
-    cfg = config.compose(command(seed, PLAN[task][0])[4:])
-    cfg.cache_dir = str(ROOT / str(cfg.cache_dir))
-    run, built, _ = runner.build(cfg, "dense", task)
+    run, built, _, _ = campaign_estimate.build_command(seed, PLAN[task][0])
     return run.stage_path("dense", protocol.base_stage_name(), run.base_key(built))
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from campaign_plan import Point, command
+from campaign_plan import RUN, Point, command
 
 ROOT = Path(__file__).resolve().parent.parent
 THROUGHPUT = ROOT / "results" / "throughput"
@@ -59,15 +59,23 @@ class Estimate:
                         [s for s in self.at_base_rate if s != "dense:base"], [self.stage_seconds[i] for i in keep])
 
 
+def build_command(seed: int, point: Point, run_settings: tuple[str, ...] = tuple(RUN)):
+    """(run context, task, method, method name) of a command of ``point`` at ``seed``, as ``bench run`` would
+    build them here (this checkout's cache; nothing is loaded or trained)."""
+    from bench import config, runner
+
+    cfg = config.compose(command(seed, point, run_settings)[4:])
+    cfg.cache_dir = str(ROOT / str(cfg.cache_dir))
+    method_name, task_name = config.selected(cfg)
+    return (*runner.build(cfg, method_name, task_name), method_name)
+
+
 def stages_to_train(seed: int, point: Point, threads: int) -> list[tuple[str, int]]:
     """("<method>:<stage>", steps) of every stage a command of ``point`` would train on this machine (the
     dense base first when it is neither cached nor shipped)."""
-    from bench import config, protocol, runner
+    from bench import protocol
 
-    cfg = config.compose(command(seed, point, (f"threads={threads}",))[4:])
-    cfg.cache_dir = str(ROOT / str(cfg.cache_dir))
-    method_name, task_name = config.selected(cfg)
-    run, task, method = runner.build(cfg, method_name, task_name)
+    run, task, method, method_name = build_command(seed, point, (f"threads={threads}",))
     plan = protocol.plan(method)
     todo = []
     if plan.starts_from == "base" and \

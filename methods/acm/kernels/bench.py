@@ -74,9 +74,7 @@ CAPTURABLE = ("dense_eager", "dense_compile", "ideal_narrow", "acm_triton", "acm
 GATE_HIDDEN = 16
 
 
-def ideal_width(fraction: float, hidden: int, align: int = IDEAL_ALIGN) -> int:
-    """Hidden width of the ideal narrow MLP at fraction f (``bench speed``'s aligned width: the same rule)."""
-    return aligned_width(fraction, hidden, align)
+ideal_width = aligned_width  # the ideal narrow MLP's hidden width at fraction f: bench speed's rule
 
 # CPU acceptance targets for the sorted PyTorch path (benchmark targets, reported, not asserted).
 CPU_TARGET = {"variant": "acm_sorted", "batch": 8, "max_intercept": 0.10, "slope": (0.9, 1.1), "min_r2": 0.98}
