@@ -154,8 +154,8 @@ def _distinct_parts(variants: list[str]) -> dict[str, str]:
 
 
 def _without_recipe(variant) -> str:
-    """A variant string without its ``recipe=`` part (NaN -> ""): a label names the recipe once, from the
-    row's ``recipe`` column."""
+    """A variant or setting string without its ``recipe=`` part (NaN -> ""): a label names the recipe once,
+    from the row's ``recipe`` column."""
     if variant != variant:
         return ""
     return ";".join(part for part in str(variant).split(";") if not part.startswith("recipe="))
@@ -177,10 +177,10 @@ def _curve_labels(rows) -> list[str]:
     for (method, _, setting, knob), variant, version, kind in zip(rows[CURVE_KEY].itertuples(index=False), variants,
                                                                   protocol, rows["recipe"]):
         label = method + (f" [{short[method][variant]}]" if variant and len(short[method]) > 1 else "")
-        label += f" [{setting}]" if setting == setting and setting else ""
+        setting = _without_recipe(setting)  # a setting may name the recipe too: the label names it once
+        label += f" [{setting}]" if setting else ""
         label += f" [protocol {int(version)}]" if protocols_per_method[method] > 1 else ""  # never one curve
-        # a paper-recipe row's setting already names its recipe
-        label += f" [recipe={kind}]" if recipes_per_method[method] > 1 and f"recipe={kind}" not in label else ""
+        label += f" [recipe={kind}]" if recipes_per_method[method] > 1 else ""
         labels.append(label + (f" ({knob})" if knobs_per_method[method] > 1 else ""))
     return labels
 

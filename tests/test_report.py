@@ -254,6 +254,9 @@ def test_curve_labels_name_the_recipe_once():
     assert _curve_labels(one_recipe) == ["acm [alpha=1]", "acm [alpha=0.1]"]
     named = rows.assign(setting=["", "recipe=paper", "recipe=paper", ""])  # a setting that names the recipe
     assert _curve_labels(named)[1] == "acm [alpha=1] [recipe=paper]"
+    parts = rows.assign(setting=["caps=[];recipe=", "caps=[];recipe=paper", "caps=[];recipe=paper", ""])
+    assert _curve_labels(parts)[:2] == ["acm [alpha=1] [caps=[]] [recipe=matched]",
+                                        "acm [alpha=1] [caps=[]] [recipe=paper]"]
 
 
 def test_timing_view_never_mixes_thread_counts(tmp_path):
