@@ -25,7 +25,6 @@ executed (token, expert) pairs per sample) and ``last_tokens`` (T) for per-sampl
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bench.models.transformer import MLP

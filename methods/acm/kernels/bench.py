@@ -151,122 +151,32 @@ def run(opts: argparse.Namespace) -> tuple[list[dict], dict]:
     """Measure every point; returns (rows, info)."""
     import torch
 
-    from methods.acm.kernels.acm_torch import random_k
-
     device = torch.device(opts.device)
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[opts.dtype]
     if opts.device == "cpu":
         torch.set_num_threads(opts.threads)
     gpu = opts.device == "cuda"
-    graphs = gpu and not getattr(opts, "no_cuda_graphs", False)
     timer = device_timer(opts.device, opts.min_run_s, opts.threads, opts.quick)
-    dense, gate, (w1, b1, w2) = _build(opts, torch, dtype, device)
-    hidden = opts.n_learners * opts.width
+    dense, gate, weights = _build(opts, torch, dtype, device)
     rng = random.Random(opts.seed)
-    torch_version, triton_version = versions()
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{opts.device}-{opts.dtype}"
     info = {"run_id": run_id, "compile_status": "not requested", "peak_tflops": math.nan, "sync_check": ""}
-    peak = gemm_peak_tflops(timer) if gpu else math.nan
-    info["peak_tflops"] = peak
-
-    compiled = None
-    if COMPILE in opts.variants:
-        try:
-            compiled = torch.compile(dense)
-            start = time.perf_counter()
-            with torch.inference_mode():
-                compiled(torch.randn(opts.main_batch * opts.tokens, opts.d, device=device, dtype=dtype))
-            info["compile_status"] = f"ok (first call {time.perf_counter() - start:.1f} s)"
-        except Exception as err:  # recorded, not raised: compile is optional on CPU
-            compiled = None
-            info["compile_status"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0][:300]}"
-        print(f"dense_compile: {info['compile_status']}", flush=True)
-
-    base = {"run_id": run_id, "device": opts.device, "device_name": provenance.device_name(opts.device),
-            "dtype": opts.dtype, "tokens": opts.tokens, "d": opts.d, "n_learners": opts.n_learners,
-            "width": opts.width, "activation": opts.activation, "main_batch": opts.main_batch,
-            "threads": opts.threads if opts.device == "cpu" else math.nan, "rounds": opts.rounds,
-            "min_run_s": opts.min_run_s, "ideal_align": opts.ideal_align, "torch_version": torch_version,
-            "triton_version": triton_version, "git_sha": provenance.git_sha(), "git_dirty": provenance.git_dirty(),
-            "command": "python -m bench kernels " + shlex.join(opts.argv),
-            "timestamp": provenance.timestamp(), "peak_tflops": peak}
-    rows: list[dict] = []
+    info["peak_tflops"] = gemm_peak_tflops(timer) if gpu else math.nan
+    compiled = _compiled_dense(opts, torch, dense, device, dtype, info) if COMPILE in opts.variants else None
+    base = _base_fields(opts, run_id, info["peak_tflops"])
     all_acm = [v for v in opts.variants if v in ACM_VARIANTS]
-    best_acm = [v for v in ("acm_triton", "acm_sorted", "acm_naive", "acm_masked") if v in all_acm][:1]
     prepared = None
     if "acm_triton" in all_acm:
         from methods.acm.kernels.acm_triton import prepare_weights  # needs Triton
 
-        prepared = prepare_weights(w1, b1, w2)  # laid out once, before any timing
+        prepared = prepare_weights(*weights)  # laid out once, before any timing
+    rows: list[dict] = []
     for batch in opts.batch:
-        full = batch == opts.main_batch or opts.full_breakdown
-        acm_variants = all_acm if full else best_acm
-        k_modes = opts.k_mode if full else opts.k_mode[:1]
-        T = batch * opts.tokens
-        x = torch.randn(T, opts.d, generator=torch.Generator().manual_seed(opts.seed + batch)).to(device, dtype)
-        # point key -> (callable, row fields)
-        points: dict[tuple, tuple[Callable[[], object] | None, dict]] = {}
-        dense_flop = 2 * T * 2 * opts.d * hidden
-        points[(DENSE,)] = (lambda: dense(x), {"variant": DENSE, "k_mode": NO_K_MODE, "fraction": 1.0,
-                                               "executed_fraction": 1.0, "gflop": dense_flop / 1e9})
-        if COMPILE in opts.variants and full:
-            fields = {"variant": COMPILE, "k_mode": NO_K_MODE, "fraction": 1.0, "executed_fraction": 1.0,
-                      "gflop": dense_flop / 1e9}
-            if compiled is not None:
-                points[(COMPILE,)] = (lambda: compiled(x), fields)
-            else:
-                rows.append({**base, "batch": batch, **fields, "status": info["compile_status"]})
-        for f in opts.fractions:
-            if IDEAL in opts.variants and full:
-                h = ideal_width(f, hidden, opts.ideal_align)
-                if (IDEAL, h) not in points:  # fractions that round to the same width share one point
-                    narrow = _narrow(opts, torch, dense, h)
-                    points[(IDEAL, h)] = ((lambda m=narrow: m(x)),
-                                          {"variant": IDEAL, "k_mode": NO_K_MODE, "fraction": f,
-                                           "executed_fraction": h / hidden, "gflop": 2 * T * 2 * opts.d * h / 1e9})
-            for mode in k_modes:
-                gen = torch.Generator().manual_seed(opts.seed * 1000 + batch * 17 + int(round(f * 100)))
-                k = random_k(T, opts.n_learners, f, gen, mode=mode, device=device)
-                executed = float(k.double().mean()) / opts.n_learners
-                flop = 2 * 2 * int(k.sum()) * opts.width * opts.d + _gate_flop(opts, T)
-                for variant in acm_variants:
-                    impl = acm_fn(variant, prepared, getattr(opts, "triton_gather", "once"))
-                    if variant == "acm_masked":
-                        flop_v = 2 * 2 * T * hidden * opts.d + _gate_flop(opts, T)
-                    else:
-                        flop_v = flop
-
-                    def acm_forward(impl=impl, k=k):
-                        gate(x).argmax(dim=-1)  # the gate runs for real; its choices are replaced by k
-                        return impl(x, k, w1, b1, w2, opts.width, opts.activation)
-
-                    points[(variant, mode, f)] = (acm_forward, {
-                        "variant": variant, "k_mode": mode, "fraction": f, "executed_fraction": executed,
-                        "gflop": flop_v / 1e9})
-        triton_config = ""
-        with torch.inference_mode():
-            for fn, _ in points.values():  # warm-up (allocator, autotuning, lazy init)
-                fn()
-            if gpu:
-                torch.cuda.synchronize()
-                triton_config = _triton_config(all_acm)
-                if "acm_triton" in acm_variants and not info["sync_check"]:
-                    key = next(key for key in points if key[0] == "acm_triton")
-                    info["sync_check"] = host_sync_free(points[key][0])
-            if graphs:
-                _add_graph_points(points, rows, base, batch)
-        samples: dict[tuple, list[float]] = {key: [] for key in points}
-        with torch.inference_mode():
-            order = list(points)
-            dense_repeats = max(1, len(order) // 8)
-            for r in range(opts.rounds):
-                schedule = order + [(DENSE,)] * (dense_repeats - 1)
-                rng.shuffle(schedule)
-                start = time.perf_counter()
-                for key in schedule:
-                    samples[key].extend(timer(points[key][0]))
-                print(f"batch {batch}: round {r + 1}/{opts.rounds}, {len(schedule)} points, "
-                      f"{time.perf_counter() - start:.1f} s", flush=True)
+        x = torch.randn(batch * opts.tokens, opts.d,
+                        generator=torch.Generator().manual_seed(opts.seed + batch)).to(device, dtype)
+        points = _batch_points(opts, torch, batch, x, (dense, compiled, gate), weights, prepared, info, rows, base)
+        triton_config = _warm_up(opts, torch, points, rows, base, batch, info)
+        samples = _time_points(opts, points, timer, rng, batch)
         for key, (_, fields) in points.items():
             med, iqr = median_iqr(samples[key])
             config = triton_config if base_variant(fields["variant"]) == "acm_triton" else ""
@@ -275,6 +185,129 @@ def run(opts: argparse.Namespace) -> tuple[list[dict], dict]:
                          "triton_config": config, "status": "ok"})
         del points, samples, x
     return rows, info
+
+
+def _compiled_dense(opts, torch, dense, device, dtype, info: dict):
+    """``torch.compile`` of the dense MLP, called once; None (and the reason in ``info``) if it fails."""
+    try:
+        compiled = torch.compile(dense)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            compiled(torch.randn(opts.main_batch * opts.tokens, opts.d, device=device, dtype=dtype))
+        info["compile_status"] = f"ok (first call {time.perf_counter() - start:.1f} s)"
+    except Exception as err:  # recorded, not raised: compile is optional on CPU
+        compiled = None
+        info["compile_status"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0][:300]}"
+    print(f"dense_compile: {info['compile_status']}", flush=True)
+    return compiled
+
+
+def _base_fields(opts, run_id: str, peak: float) -> dict:
+    """The fields every row of this run shares (settings, versions, provenance)."""
+    torch_version, triton_version = versions()
+    return {"run_id": run_id, "device": opts.device, "device_name": provenance.device_name(opts.device),
+            "dtype": opts.dtype, "tokens": opts.tokens, "d": opts.d, "n_learners": opts.n_learners,
+            "width": opts.width, "activation": opts.activation, "main_batch": opts.main_batch,
+            "threads": opts.threads if opts.device == "cpu" else math.nan, "rounds": opts.rounds,
+            "min_run_s": opts.min_run_s, "ideal_align": opts.ideal_align, "torch_version": torch_version,
+            "triton_version": triton_version, "git_sha": provenance.git_sha(), "git_dirty": provenance.git_dirty(),
+            "command": "python -m bench kernels " + shlex.join(opts.argv),
+            "timestamp": provenance.timestamp(), "peak_tflops": peak}
+
+
+def _batch_points(opts, torch, batch: int, x, models, weights, prepared, info: dict, rows: list[dict],
+                  base: dict) -> dict[tuple, tuple[Callable[[], object] | None, dict]]:
+    """Point key -> (callable, row fields) for one batch: dense (and compiled dense), the ideal narrow
+    layer per aligned width, every ACM variant per fraction and k mode (all of them at the main batch or
+    with ``full_breakdown``, else the best ACM variant and the first k mode).  A compile that failed adds
+    its row with the reason to ``rows``."""
+    from methods.acm.kernels.acm_torch import random_k
+
+    dense, compiled, gate = models
+    w1, b1, w2 = weights
+    hidden = opts.n_learners * opts.width
+    full = batch == opts.main_batch or opts.full_breakdown
+    all_acm = [v for v in opts.variants if v in ACM_VARIANTS]
+    best_acm = [v for v in ("acm_triton", "acm_sorted", "acm_naive", "acm_masked") if v in all_acm][:1]
+    acm_variants = all_acm if full else best_acm
+    k_modes = opts.k_mode if full else opts.k_mode[:1]
+    T = batch * opts.tokens
+    points: dict[tuple, tuple[Callable[[], object] | None, dict]] = {}
+    dense_flop = 2 * T * 2 * opts.d * hidden
+    points[(DENSE,)] = (lambda: dense(x), {"variant": DENSE, "k_mode": NO_K_MODE, "fraction": 1.0,
+                                           "executed_fraction": 1.0, "gflop": dense_flop / 1e9})
+    if COMPILE in opts.variants and full:
+        fields = {"variant": COMPILE, "k_mode": NO_K_MODE, "fraction": 1.0, "executed_fraction": 1.0,
+                  "gflop": dense_flop / 1e9}
+        if compiled is not None:
+            points[(COMPILE,)] = (lambda: compiled(x), fields)
+        else:
+            rows.append({**base, "batch": batch, **fields, "status": info["compile_status"]})
+    for f in opts.fractions:
+        if IDEAL in opts.variants and full:
+            h = ideal_width(f, hidden, opts.ideal_align)
+            if (IDEAL, h) not in points:  # fractions that round to the same width share one point
+                narrow = _narrow(opts, torch, dense, h)
+                points[(IDEAL, h)] = ((lambda m=narrow: m(x)),
+                                      {"variant": IDEAL, "k_mode": NO_K_MODE, "fraction": f,
+                                       "executed_fraction": h / hidden, "gflop": 2 * T * 2 * opts.d * h / 1e9})
+        for mode in k_modes:
+            gen = torch.Generator().manual_seed(opts.seed * 1000 + batch * 17 + int(round(f * 100)))
+            k = random_k(T, opts.n_learners, f, gen, mode=mode, device=x.device)
+            executed = float(k.double().mean()) / opts.n_learners
+            flop = 2 * 2 * int(k.sum()) * opts.width * opts.d + _gate_flop(opts, T)
+            for variant in acm_variants:
+                impl = acm_fn(variant, prepared, getattr(opts, "triton_gather", "once"))
+                flop_v = 2 * 2 * T * hidden * opts.d + _gate_flop(opts, T) if variant == "acm_masked" else flop
+
+                def acm_forward(impl=impl, k=k):
+                    gate(x).argmax(dim=-1)  # the gate runs for real; its choices are replaced by k
+                    return impl(x, k, w1, b1, w2, opts.width, opts.activation)
+
+                points[(variant, mode, f)] = (acm_forward, {
+                    "variant": variant, "k_mode": mode, "fraction": f, "executed_fraction": executed,
+                    "gflop": flop_v / 1e9})
+    return points
+
+
+def _warm_up(opts, torch, points: dict, rows: list[dict], base: dict, batch: int, info: dict) -> str:
+    """Call every point once (allocator, autotuning, lazy init); on CUDA, check the Triton path for host
+    syncs once and add the CUDA-graph points.  Returns the Triton configuration chosen ("" off CUDA)."""
+    gpu = opts.device == "cuda"
+    triton_config = ""
+    with torch.inference_mode():
+        for fn, _ in points.values():
+            fn()
+        if gpu:
+            torch.cuda.synchronize()
+            all_acm = [v for v in opts.variants if v in ACM_VARIANTS]
+            triton_config = _triton_config(all_acm)
+            if any(key[0] == "acm_triton" for key in points) and not info["sync_check"]:
+                key = next(key for key in points if key[0] == "acm_triton")
+                info["sync_check"] = host_sync_free(points[key][0])
+        if gpu and not getattr(opts, "no_cuda_graphs", False):
+            _add_graph_points(points, rows, base, batch)
+    return triton_config
+
+
+def _time_points(opts, points: dict, timer, rng: random.Random, batch: int) -> dict[tuple, list[float]]:
+    """Interleaved rounds: each round times every point once (dense a few times more) in a fresh random
+    order; returns every point's samples (seconds)."""
+    import torch
+
+    samples: dict[tuple, list[float]] = {key: [] for key in points}
+    with torch.inference_mode():
+        order = list(points)
+        dense_repeats = max(1, len(order) // 8)
+        for r in range(opts.rounds):
+            schedule = order + [(DENSE,)] * (dense_repeats - 1)
+            rng.shuffle(schedule)
+            start = time.perf_counter()
+            for key in schedule:
+                samples[key].extend(timer(points[key][0]))
+            print(f"batch {batch}: round {r + 1}/{opts.rounds}, {len(schedule)} points, "
+                  f"{time.perf_counter() - start:.1f} s", flush=True)
+    return samples
 
 
 def _triton_config(variants: list[str]) -> str:  # pragma: no cover - needs a GPU
