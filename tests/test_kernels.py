@@ -47,6 +47,8 @@ K_CASES = {
     "all_n": lambda: torch.full((24,), N, dtype=torch.long),
     "random": lambda: random_k(40, N, 0.5, torch.Generator().manual_seed(3)),
     "ragged": ragged_k,
+    # every token active with mixed k (a projection ACM, min_k = 1): the prefix path's no-k=0 branch
+    "no_zeros": lambda: 1 + random_k(40, N - 1, 0.5, torch.Generator().manual_seed(4)),
     "single": lambda: torch.tensor([3]),
 }
 
