@@ -232,3 +232,20 @@ def test_input_choice_is_refused_off_parity(tmp_path):
     cfg = compose_tiny("adatape", "imagenet", tmp_path, "adatape.input=projection")
     with pytest.raises(UserError, match="adatape.input"):
         runner.build(cfg, "adatape", "imagenet")
+
+
+@pytest.mark.parametrize("recipe,lr,warmup", [("paper", 3e-5, 1000.0), ("matched", None, None)])
+def test_parity_optimiser_is_the_papers_under_recipe_paper(tmp_path, recipe, lr, warmup):
+    """recipe=paper on parity: the paper's Adam lr 3e-5 after 1,000 linear warm-up steps (§3.1); matched keeps
+    the task's lr and policy; an explicit adatape.lr wins over the recipe's."""
+    from bench.protocol import base_policy
+
+    cfg = compose_tiny("adatape", "parity", tmp_path, "parity.variant=sequence", f"recipe={recipe}")
+    _, _, method = runner.build(cfg, "adatape", "parity")
+    task = method.task
+    (stage,) = method.stages()
+    assert stage.lr == (lr if lr is not None else float(task.base_budget()["lr"]))
+    assert stage.policy.warmup == (warmup if warmup is not None else base_policy(task).warmup)
+    explicit = compose_tiny("adatape", "parity", tmp_path, "parity.variant=sequence", f"recipe={recipe}",
+                            "adatape.lr=0.002")
+    assert runner.build(explicit, "adatape", "parity")[2].stages()[0].lr == 0.002

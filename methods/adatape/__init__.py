@@ -36,7 +36,8 @@ class AdaTapeConfig:
     query_noise: float = param(0.01, min=0.0, help="learnable bank, training only: query noise std")
     bank_drop: float = param(0.1, min=0.0, max=0.9, help="learnable bank, training only: Bernoulli "
                                                          "probability of masking a bank entry")
-    lr: float = param(0.0, min=0.0, help="learning rate (0 = the task's)")
+    lr: float = param(0.0, min=0.0, help="learning rate (0 = the recipe's: on parity under recipe=paper the "
+                                         "paper's 3e-5, after 1,000 warm-up steps; otherwise the task's)")
 
 
 def _support(task, task_cfg):
