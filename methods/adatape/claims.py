@@ -13,7 +13,7 @@ CLAIMS = [
         statement="On parity, the standard Transformer and the Universal Transformer fail (at chance), and AdaTape "
                   "performs much better than both.",
         task="parity",
-        dataset="parity-sequence",
+        dataset="parity-sequence n=16 ",  # the section at n = 16 (other sizes have sections of their own)
         quote="We can see both the standard transformer and universal transformer completely fail on the parity "
               "task, even if they are trained and evaluated on a very short (simple) sequence. However, the "
               "AdaTape performs much better than all baselines.",
