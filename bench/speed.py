@@ -225,45 +225,18 @@ def narrowed(arch: SpeedArch, fraction: float) -> SpeedArch:
     return dataclasses.replace(arch, encoder=narrow(arch.encoder), decoder=narrow(arch.decoder))
 
 
-def _bool(text: str) -> bool:
-    if text.lower() in ("true", "1", "yes"):
-        return True
-    if text.lower() in ("false", "0", "no"):
-        return False
-    raise ValueError(text)
-
-
 def parse(args: list[str]) -> SpeedConfig:
-    """key=value arguments → SpeedConfig; a bad one raises UserError with one line."""
-    import difflib
+    """key=value arguments -> SpeedConfig, composed by Hydra like ``bench run``'s config
+    (:func:`bench.config.compose_scenario`); a bad one raises UserError with one line."""
+    from bench.config import ConfigError, compose_scenario
 
-    cfg = SpeedConfig()
-    types = {f.name: f.type for f in dataclasses.fields(SpeedConfig)}
     for arg in args:
-        if "=" not in arg:
+        if "=" not in arg or arg.startswith("="):
             raise UserError(f"speed: expected key=value, got '{arg}'; keys: {', '.join(KEYS)}")
-        key, value = arg.split("=", 1)
-        if key not in KEYS:
-            near = difflib.get_close_matches(key, list(KEYS), n=1)
-            hint = f"; did you mean {near[0]}?" if near else ""
-            raise UserError(f"speed: unknown key '{key}'{hint} valid: {', '.join(KEYS)}")
-        kind = types[key]
-        try:
-            if kind == "list[str]":
-                parsed: Any = [v for v in value.split(",") if v]
-            elif kind == "list[float]":
-                parsed = [float(v) for v in value.split(",") if v]
-            elif kind == "int":
-                parsed = int(value)
-            elif kind == "float":
-                parsed = float(value)
-            elif kind == "bool":
-                parsed = _bool(value)
-            else:
-                parsed = value
-        except ValueError:
-            raise UserError(f"speed: {key}={value!r} is not a valid {kind}") from None
-        setattr(cfg, key, parsed)
+    try:
+        cfg = compose_scenario("speed", SpeedConfig, args)
+    except ConfigError as err:
+        raise UserError(f"speed: {err}") from None
     return _check(cfg)
 
 

@@ -228,12 +228,15 @@ def test_counter_disagreement_is_one_line_and_writes_nothing(tmp_path, monkeypat
 
 
 @pytest.mark.parametrize("bad, message", [
-    (["bogus=1"], "unknown key 'bogus'"), (["fraction=1.5"], "fraction values must lie in [0, 1]"),
+    (["bogus=1"], "unknown config key 'bogus'"), (["fraction=1.5"], "fraction values must lie in [0, 1]"),
     (["batch=0"], "batch must be >= 1"), (["method=dense"], "defines no speed forcer"),
     (["arch=b17"], "has no arch 'b17'"), (["task=parity"], "defines no speed backbones"),
     (["task=commonvoice", "method=cct"], "does not apply to task commonvoice"),
-    (["device=tpu"], "choose cpu or cuda"), (["rounds=x"], "is not a valid int")])
+    (["device=tpu"], "choose cpu or cuda"), (["rounds=x"], "rounds: expected integer, got 'x'"),
+    (["narrow=maybe"], "narrow: expected true or false, got 'maybe'"), (["methd=acm"], "did you mean method"),
+    (["fraction"], "expected key=value, got 'fraction'")])
 def test_bad_input_one_line(tmp_path, capsys, bad, message):
+    """Every bad key, value or form ends in one line (Hydra's errors included) and writes nothing."""
     assert cli.main(["speed", *TINY, *bad, f"results_dir={tmp_path}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("bench: error: speed: ") and message in err and len(err.strip().splitlines()) == 1
@@ -293,3 +296,15 @@ def test_the_speed_page_headline_holds_no_loaded_dirty_or_uncounted_rows(tmp_pat
     assert report_speed.not_headline(pd.Series({**base, "load_after": 2.5})).startswith("loaded")
     assert report_speed.not_headline(pd.Series({**base, "cpus": float("nan")})).startswith("CPU count not recorded")
     assert report_speed.not_headline(pd.Series({**base, "device": "cuda", "cpus": float("nan")})) == ""
+
+
+def test_keys_compose_through_hydra_in_both_list_forms():
+    """``bench speed``'s keys are a Hydra scenario: list keys take ``a,b``, a single value or Hydra's ``[a,b]``;
+    values are typed by the schema; defaults fill the rest."""
+    comma = speed.parse(["method=acm,moefication", "fraction=0.25,0.5", "batch=32", "narrow=false"])
+    brackets = speed.parse(["method=[acm,moefication]", "fraction=[0.25,0.5]", "batch=32", "narrow=false"])
+    assert comma == brackets
+    assert comma.method == ["acm", "moefication"] and comma.fraction == [0.25, 0.5] and comma.batch == 32
+    assert comma.narrow is False and comma.rounds == speed.SpeedConfig().rounds
+    one = speed.parse(["method=cct", "fraction=0.5"])
+    assert one.method == ["cct"] and one.fraction == [0.5]
