@@ -1,8 +1,9 @@
 """Wall-clock timing: batch-1 latency and large-batch throughput, with no counters attached.
 
-CPU: ``torch.utils.benchmark.Timer(...).blocked_autorange`` with an explicit thread count (it warms up
-and repeats blocks until ``min_run_time``); GPU: the same Timer synchronizes CUDA around each block.
-Reported: median and interquartile range of per-call time.
+The timer is the one of ``bench speed`` and ``bench kernels`` (:mod:`bench.kernels.timer`): on CPU
+``torch.utils.benchmark.Timer(...).blocked_autorange`` with an explicit thread count (it warms up and
+repeats blocks until ``min_run_time``); on CUDA ``triton.testing.do_bench`` (L2 flushed before every
+call).  Reported: median and interquartile range of per-call time.
 
 Protocol (docs/measurement.md): absolute times on a shared machine drift by tens of percent between
 runs, so every measurement of a method is paired with the task's dense base model measured in the same
@@ -20,7 +21,8 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
-from torch.utils import benchmark
+
+from bench.kernels.timer import device_timer, median_iqr
 
 # How a model is called on an input batch (a task may decode instead of a single forward).
 Call = Callable[[nn.Module, torch.Tensor], Any]
@@ -44,11 +46,16 @@ class Timing:
     rounds: int = 0
 
 
-def time_call(fn: Callable[[], object], *, threads: int, min_run_time: float) -> tuple[float, float]:
-    """(median, IQR) seconds of one call of ``fn``."""
-    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
-    measurement = timer.blocked_autorange(min_run_time=min_run_time)
-    return measurement.median, measurement.iqr
+def time_call(fn: Callable[[], object], *, threads: int, min_run_time: float,
+              device: str = "cpu") -> tuple[float, float]:
+    """(median, IQR) seconds of one call of ``fn`` on ``device`` ("cpu" or "cuda"), from the one timer of
+    runs, ``bench speed`` and ``bench kernels`` (:func:`bench.kernels.timer.device_timer`)."""
+    return median_iqr(device_timer(device, min_run_time, threads)(fn))
+
+
+def _device_type(model: nn.Module) -> str:
+    parameter = next(model.parameters(), None)
+    return "cuda" if parameter is not None and parameter.device.type == "cuda" else "cpu"
 
 
 @torch.inference_mode()
@@ -58,8 +65,9 @@ def measure(model: nn.Module, example: Callable[[int], torch.Tensor], *, batch: 
     model.eval()
     one, many = example(1), example(batch)
     call(model, one)  # warm-up (lazy init, allocator)
-    lat, lat_iqr = time_call(lambda: call(model, one), threads=threads, min_run_time=min_run_time)
-    big, _ = time_call(lambda: call(model, many), threads=threads, min_run_time=min_run_time)
+    device = _device_type(model)
+    lat, lat_iqr = time_call(lambda: call(model, one), threads=threads, min_run_time=min_run_time, device=device)
+    big, _ = time_call(lambda: call(model, many), threads=threads, min_run_time=min_run_time, device=device)
     return Timing(lat * 1e3, lat_iqr * 1e3, many.shape[0] / big, int(many.shape[0]))
 
 
@@ -79,6 +87,7 @@ def measure_against_dense(model: nn.Module, dense: nn.Module, example: Callable[
     model.eval()
     dense.eval()
     one, many = example(1), example(batch)
+    device = _device_type(model)
     for m in (model, dense):  # warm-up (lazy init, allocator)
         call(m, one)
         call(m, many)
@@ -88,12 +97,14 @@ def measure_against_dense(model: nn.Module, dense: nn.Module, example: Callable[
     for r in range(rounds):
         order = (("m", model), ("d", dense)) if r % 2 == 0 else (("d", dense), ("m", model))
         for name, m in order:
-            median, iqr = time_call(lambda: call(m, one), threads=threads, min_run_time=min_run_time)
+            median, iqr = time_call(lambda: call(m, one), threads=threads, min_run_time=min_run_time,
+                                    device=device)
             lat[name].append(median)
             if name == "m":
                 lat_iqr.append(iqr)
         for name, m in order:
-            big[name].append(time_call(lambda: call(m, many), threads=threads, min_run_time=min_run_time)[0])
+            big[name].append(time_call(lambda: call(m, many), threads=threads, min_run_time=min_run_time,
+                                       device=device)[0])
     n = int(many.shape[0])
     median_round = sorted(range(rounds), key=lambda i: lat["m"][i])[(rounds - 1) // 2]
     return Timing(

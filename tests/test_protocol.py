@@ -31,7 +31,8 @@ def test_interleaved_rounds_and_ratios(monkeypatch):
     seconds = {("m", 1): 2e-3, ("d", 1): 1e-3, ("m", 4): 8e-3, ("d", 4): 4e-3}
     timed: list[tuple[str, int]] = []
 
-    def fake_time_call(fn, *, threads, min_run_time):
+    def fake_time_call(fn, *, threads, min_run_time, device):
+        assert device == "cpu"  # the models live on CPU: the timer of that device
         before = len(calls)
         out = fn()
         key = (calls[before], out.shape[0])
@@ -95,3 +96,19 @@ def test_allowed_disagreement_is_recorded_in_the_row(tmp_path, monkeypatch):
     row = results.load(tmp_path / "results").iloc[0]
     assert row["cost_check"].startswith("MISMATCH allowed: counter")
     assert row["macs_mean"] == pytest.approx(2 * row["macs_counted_mean"])
+
+
+def test_one_timer_for_runs_speed_and_kernels(monkeypatch):
+    """A run's timings come from the device timer of ``bench speed`` and ``bench kernels``: time_call is the
+    median and IQR of that timer's samples."""
+    from bench.kernels import timer
+
+    asked = []
+
+    def fake_device_timer(device, min_run_s, threads, quick=False):
+        asked.append((device, min_run_s, threads))
+        return lambda fn: [fn() or 1.0, 2.0, 3.0, 4.0, 5.0]
+
+    monkeypatch.setattr(timing, "device_timer", fake_device_timer)
+    median, iqr = timing.time_call(lambda: None, threads=2, min_run_time=0.5)
+    assert asked == [("cpu", 0.5, 2)] and (median, iqr) == timer.median_iqr([1.0, 2.0, 3.0, 4.0, 5.0])
