@@ -25,8 +25,9 @@ verbs:
         Pareto figures and the leaderboard from the rows under results/
   ls [plugins=[pkg.module,...]]
         run-level keys, registered methods and tasks (with plugins), their config keys, the method x task matrix
-  kernels [--help]
-        the kernel latency benchmark a method registers (latency vs executed fraction against linear scaling)
+  kernels [key=value ...]
+        the kernel latency benchmark a method registers (latency vs executed fraction against linear scaling);
+        `kernels --help` lists the keys
   speed method=<m>[,<m>...] task=<t> arch=<a> fraction=<f>[,...] batch=<b> threads=<n> [key=value ...]
         each method's real path at a paper's model size with forced decisions, timed against the dense
         backbone in the same process; rows go to results/speed/<run_id>/ (`speed --help` lists the keys)
@@ -305,11 +306,18 @@ def kernel_benchmark():
 
 
 def cmd_kernels(args: list[str]) -> int:
-    """Check the arguments the way ``run`` does (one line, exit 2), then hand them to the benchmark."""
+    """``bench kernels``: key=value arguments composed and checked like ``run``'s (one line, exit 2), then
+    handed to the benchmark the method registers."""
     try:
         kernel_bench = kernel_benchmark()
-        opts = parse_one_line(kernel_bench.parser(), args, "kernels")
-        kernel_bench.check(opts)
+        if any(a in ("--help", "-h") for a in args):
+            print("usage: python -m bench kernels [key=value ...]\n" + kernel_bench.__doc__.split("\n\n")[0]
+                  + "\n\nkeys:")
+            defaults = kernel_bench.KernelsConfig()
+            for key, help_text in kernel_bench.KEYS.items():
+                print(f"  {key}={getattr(defaults, key)!r}  {help_text}")
+            return 0
+        kernel_bench.check(kernel_bench.parse(args))
     except UserError as err:
         return fail(str(err))
     return kernel_bench.main(args)

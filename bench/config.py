@@ -195,24 +195,29 @@ def compose(overrides: Sequence[str]):
 
 
 def compose_scenario(name: str, schema: type, overrides: Sequence[str]) -> Any:
-    """A verb's own config (``bench speed``'s keys), composed by Hydra from the dataclass ``schema`` stored
-    as ``<name>_scenario`` in the same config module as ``run``'s: the same override grammar, type checks
-    and one-line errors (ConfigError).  A list-typed key also takes the comma form (``method=acm,cct``)
-    and a single value (``fraction=0.5``); both become Hydra lists.  Returns a ``schema`` instance."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-    from hydra.core.config_store import ConfigStore
-    from hydra.core.global_hydra import GlobalHydra
+    """A verb's own config (``bench speed``'s and ``bench kernels``' keys): the dataclass ``schema`` as an
+    OmegaConf structured config, each override parsed by Hydra's override grammar (as ``run``'s are) and
+    set on it with the schema's type checks; every problem is one line (ConfigError).  A list-typed key
+    also takes the comma form (``method=acm,cct``) and a single value (``fraction=0.5``).  Hydra's compose
+    is not used: the ``method`` and ``task`` config groups that ``run`` stores would capture the keys of
+    the same names.  Returns a ``schema`` instance (``name`` names the verb in errors)."""
     from omegaconf import OmegaConf
 
-    ConfigStore.instance().store(name=f"{name}_scenario", node=schema)
+    keys = [f.name for f in dataclasses.fields(schema)]
     lists = {f.name for f in dataclasses.fields(schema) if str(f.type).startswith("list")}
-    GlobalHydra.instance().clear()
-    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+    cfg = OmegaConf.structured(schema)
+    for override in _parse([_as_list(o, lists) for o in overrides]):
+        key = override.key_or_group
+        if key not in keys:
+            near = near_matches(key, keys, n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(near)}?" if near else ""
+            raise ConfigError(f"unknown config key '{key}'{hint} valid keys of {name}: {', '.join(keys)}")
+        if override.is_sweep_override():
+            raise ConfigError(f"{override.input_line}: {name} takes one value per key (a list: {key}=[a,b])")
         try:
-            cfg = hydra_compose(config_name=f"{name}_scenario", overrides=[_as_list(o, lists) for o in overrides])
-        except Exception as err:  # Hydra raises several types; all become one line
-            raise ConfigError(_explain(err, [f.name for f in dataclasses.fields(schema)])) from None
+            cfg[key] = override.value()
+        except Exception as err:  # OmegaConf's validation errors: one line naming the key
+            raise ConfigError(_explain(err, keys)) from None
     return OmegaConf.to_object(cfg)
 
 

@@ -93,9 +93,10 @@ class MethodSpec:
     # The paper's training recipe: paper_recipe(task capabilities, the base's training steps) -> a
     # bench.recipes.Recipe, or None when the method declares none (``recipe=paper`` is then refused).
     paper_recipe: Callable[[tuple[str, ...], int], Any] = field(default=lambda capabilities, base_steps: None)
-    # `bench kernels`: the module of the method's kernel benchmark ("" = none), with ``parser()`` (the verb's
-    # argparse parser), ``check(opts)`` (what the parser cannot check; a UserError of one line) and
-    # ``main(argv) -> int``; one method at most registers one.
+    # `bench kernels`: the module of the method's kernel benchmark ("" = none), with ``KernelsConfig`` (its
+    # keys' dataclass) and ``KEYS`` (their help), ``parse(argv)`` (key=value composed by Hydra:
+    # bench.config.compose_scenario), ``check(opts)`` (what composing cannot check; a UserError of one line)
+    # and ``main(argv) -> int``; one method at most registers one.
     kernels: str = ""
     # `bench report`: "module:function" drawing the kernel benchmark's page from its rows, taking (results_dir,
     # reports_dir) (two Paths) and returning the paths it wrote ([] when there are no rows).  Apart from

@@ -21,7 +21,7 @@ a step that fails or runs past its limit (stopped, recorded as timed out):
    ``TRITON_INTERPRET=0``, the dtype-parametrized ones in fp16 and bf16 (``-k "not fp32"``);
 2. ``kernels``: ``python -m bench kernels`` on the ViT-B ACM layer, bf16, batches 1 8 32 128, k iid and
    equal, acm_triton against dense eager, torch.compile dense and the aligned narrow dense MLP (and their
-   CUDA-graph replays), every variant at every batch (``--full-breakdown``), fractions 0 .25 .5 .75 1,
+   CUDA-graph replays), every variant at every batch (``full_breakdown=true``), fractions 0 .25 .5 .75 1,
    its own timing (``do_bench``, L2 flushed, 3 interleaved rounds) at 50 ms per point and round;
 3. ``speed-throughput``: ``python -m bench speed`` of the seven methods at ViT-B/16, bf16, batch 128, eager;
 4. ``speed-latency``: the same at batch 1, eager and as CUDA-graph replays;
@@ -45,7 +45,7 @@ status ok / failed / timed out / skipped, seconds, limit, rows written, detail),
 step's output) and ``tests.xml`` (JUnit).  The table printed last says the same as ``suite.json``.
 
 ``--dry-run`` runs the same orchestration on this CPU at tiny sizes (one interpreted kernel test, ``bench
-kernels --quick``, ``bench speed arch=tiny``; the energy step finds no NVML and is recorded as skipped).
+kernels quick=true``, ``bench speed arch=tiny``; the energy step finds no NVML and is recorded as skipped).
 
 ``unpack`` copies the rows of ``<files_at>/results.tgz`` (or a ``results/`` folder there) into this
 repository's ``results/``; it writes nothing when any file would be overwritten.
@@ -82,7 +82,7 @@ SCRIPT = Path(__file__).resolve()
 METHODS = "acm,moefication,avit,early_exit,cct,adatape,act"
 SPEED_FRACTIONS = "0.25,0.5,0.75,1"
 KERNEL_FRACTIONS = ["0", "0.25", "0.5", "0.75", "1"]
-KERNEL_TIMING = ["--rounds", "3", "--min-run-s", "0.05"]  # do_bench for 50 ms per point and round (default 100)
+KERNEL_TIMING = ["rounds=3", "min_run_s=0.05"]  # do_bench for 50 ms per point and round (default 100)
 ENERGY_FRACTIONS = "0.25,1"
 # share of the budget per step, in order; RESERVE is left for packing the rows and slack
 SHARES = {"tests": 0.15, "kernels": 0.33, "speed-throughput": 0.17, "speed-latency": 0.15, "energy": 0.16}
@@ -96,7 +96,7 @@ TEST_NODES = [
     "tests/test_kernels.py::test_triton_matches_fp64_cases",
     "tests/test_kernels.py::test_triton_dtypes_activations",  # fp16 and bf16: -k "not fp32"
     "tests/test_kernels.py::test_triton_odd_shapes",
-    "tests/test_kernels.py::test_benchmark_quick",  # bench kernels --quick on cuda: CUDA graphs, peak, report
+    "tests/test_kernels.py::test_benchmark_quick",  # bench kernels quick=true on cuda: CUDA graphs, peak, report
     "tests/test_acm_ops.py",  # grouping, gather modes, the operators, the counter, opcheck, compile, autotuning
     "tests/test_kernel_bench_gpu_rows.py::test_quick_run_ideal_rows_use_aligned_widths",  # cuda on a GPU
     "tests/test_failures.py::test_absent_device_stops_the_cli_before_any_work",  # cuda:99 on a CUDA machine
@@ -142,14 +142,13 @@ def tests_step(out: Path, dry_run: bool) -> Step:
 
 
 def kernels_step(results: Path, dry_run: bool) -> Step:
-    argv = [sys.executable, "-m", "bench", "kernels", "--k-mode", "iid", "equal", "--no-plot",
-            "--results-dir", str(results)]
+    argv = [sys.executable, "-m", "bench", "kernels", "k_mode=iid,equal", "plot=false", f"results_dir={results}"]
     if dry_run:
-        argv += ["--quick", "--device", "cpu", "--threads", "1"]
+        argv += ["quick=true", "device=cpu", "threads=1"]
     else:
-        argv += ["--device", "cuda", "--dtype", "bf16", "--batch", "1", "8", "32", "128", "--full-breakdown",
-                 "--variants", "dense_eager", "dense_compile", "ideal_narrow", "acm_triton",
-                 "--fractions", *KERNEL_FRACTIONS, *KERNEL_TIMING]
+        argv += ["device=cuda", "dtype=bf16", "batch=1,8,32,128", "full_breakdown=true",
+                 "variants=dense_eager,dense_compile,ideal_narrow,acm_triton",
+                 f"fractions={','.join(KERNEL_FRACTIONS)}", *KERNEL_TIMING]
     return Step("kernels", SHARES["kernels"], argv)
 
 

@@ -39,11 +39,15 @@ def bench(*args: str, cwd: Path = ROOT, env_extra: dict | None = None) -> subpro
     (["ls", "--bogus"], "ls: unexpected argument '--bogus'; ls takes only plugins=[pkg.module,...]"),
     (["ls", "seed=1"], "ls: unexpected argument 'seed=1'"),
     (["ls", "plugins=[no_such_plugin]"], "plugins: cannot import 'no_such_plugin'"),
-    (["kernels", "--dtype", "fp64"], "kernels: argument --dtype: invalid choice: 'fp64'"),
-    (["kernels", "--fractions", "0.5", "1.5"], "kernels: --fractions must lie in [0, 1], got 1.5"),
-    (["kernels", "--rounds", "0"], "kernels: --rounds must be >= 1, got 0"),
-    (["kernels", "--refit", "missing.csv"], "kernels: --refit missing.csv: no such rows file"),
-    (["kernels", "--results-dir", "/proc/nope"], "--results-dir=/proc/nope: cannot write there"),
+    (["kernels", "dtype=fp64"], "kernels: dtype='fp64'; choose fp32, fp16, bf16"),
+    (["kernels", "fractions=0.5,1.5"], "kernels: fractions must lie in [0, 1], got 1.5"),
+    (["kernels", "rounds=0"], "kernels: rounds must be >= 1, got 0"),
+    (["kernels", "rounds=x"], "kernels: rounds: expected integer, got 'x'"),
+    (["kernels", "variants=dense_eager,acm_fast"], "kernels: variants: unknown acm_fast; choose from "),
+    (["kernels", "--quick"], "kernels: expected key=value, got '--quick'"),
+    (["kernels", "quik=true"], "kernels: unknown config key 'quik'; did you mean quick"),
+    (["kernels", "refit=missing.csv"], "kernels: refit=missing.csv: no such rows file"),
+    (["kernels", "results_dir=/proc/nope"], "results_dir=/proc/nope: cannot write there"),
     (["report", "--bogus"], "report: unrecognized arguments: --bogus"),
     (["run", "method=act", "act.tau=1e-3,1e-2"], "act.tau=1e-3,1e-2 is a sweep (one job per value) but the "
                                                  "command has no -m; add -m"),
@@ -184,6 +188,6 @@ def test_kernels_runs_the_benchmark_a_method_registers(monkeypatch, capsys):
     assert cli.kernel_benchmark().__name__ == registry.method_spec("acm").kernels
     methods = {name: dataclasses.replace(spec, kernels="") for name, spec in registry.methods().items()}
     monkeypatch.setattr(registry, "methods", lambda: methods)
-    assert cli.main(["kernels", "--quick"]) == 2
+    assert cli.main(["kernels", "quick=true"]) == 2
     assert capsys.readouterr().err == ("bench: error: kernels: no kernel benchmark to run: no method registers one "
                                        "(MethodSpec.kernels)\n")

@@ -132,8 +132,8 @@ def test_the_budget_split(gs, tmp_path):
     assert gs.step_limit(steps, 1, 480, 10.0) == pytest.approx(480 * (1 - 0.04 - 0.48) - 10)
     assert [s.name for s in steps] == list(gs.SHARES)
     kernels = steps[1].argv
-    assert kernels[kernels.index("--batch") + 1:kernels.index("--batch") + 5] == ["1", "8", "32", "128"]
-    assert "--full-breakdown" in kernels and "bf16" in kernels and "equal" in kernels
+    assert "batch=1,8,32,128" in kernels and "full_breakdown=true" in kernels and "dtype=bf16" in kernels
+    assert "k_mode=iid,equal" in kernels
     assert "batch=128" in steps[2].argv and "cuda_graphs=false" in steps[2].argv
     assert "batch=1" in steps[3].argv and "cuda_graphs=true" in steps[3].argv
     assert steps[0].env == {"TRITON_INTERPRET": "0"}

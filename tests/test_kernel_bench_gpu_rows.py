@@ -26,9 +26,8 @@ def test_ideal_width_examples():
 
 
 def test_quick_run_ideal_rows_use_aligned_widths(tmp_path):
-    rc = kb.main(["--quick", "--ideal-align", "32", "--fractions", "0", "0.3", "0.6", "1",
-                  "--variants", "dense_eager", "ideal_narrow", "--batch", "1", "--no-plot",
-                  "--results-dir", str(tmp_path)])
+    rc = kb.main(["quick=true", "ideal_align=32", "fractions=0,0.3,0.6,1",
+                  "variants=dense_eager,ideal_narrow", "batch=1", "plot=false", f"results_dir={tmp_path}"])
     assert rc == 0
     rows = bench_rows.load_kernel_rows(tmp_path)
     ideal = rows[rows["variant"] == "ideal_narrow"]

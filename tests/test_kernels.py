@@ -216,8 +216,8 @@ def test_benchmark_quick(tmp_path):
     from methods.acm.kernels import bench as kernel_bench
     from methods.acm.kernels import bench_rows
 
-    rc = kernel_bench.main(["--quick", "--results-dir", str(tmp_path / "results"),
-                            "--reports-dir", str(tmp_path / "reports")])
+    rc = kernel_bench.main(["quick=true", f"results_dir={tmp_path / 'results'}",
+                            f"reports_dir={tmp_path / 'reports'}"])
     assert rc == 0
     rows = list((tmp_path / "results" / "kernels").glob("*.csv"))
     data = [p for p in rows if not p.name.endswith(".fit.csv")]

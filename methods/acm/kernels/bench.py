@@ -8,22 +8,22 @@ against dense baselines while the executed fraction of learners f sweeps 0, 0.1,
   mean fraction f (``random_k``: "iid" = Binomial(N, f) per token, "equal" = the same k for all tokens).
 - Variants: ``dense_eager`` (Linear→GELU→Linear, hidden N·w), ``dense_compile`` (torch.compile of it; a
   failure is recorded in the row's ``status``, not raised), ``ideal_narrow`` (a dense MLP of hidden width
-  f·N·w rounded to a multiple of ``--ideal-align`` = 64: widths such as round(0.9·3072) = 2765 are not
+  f·N·w rounded to a multiple of ``ideal_align`` = 64: widths such as round(0.9·3072) = 2765 are not
   multiples of 8 and cuBLAS runs them several times slower than dense, which is no physical reference;
   the row's x is the rounded fraction), ``acm_naive``, ``acm_sorted``, ``acm_masked`` (opt-in: the
   dense-cost training path), ``acm_triton`` (CUDA only; weights laid out once with ``prepare_weights``
-  before timing, X gathered once into sorted order unless ``--triton-gather in_load``; autotuned on the
+  before timing, X gathered once into sorted order unless ``triton_gather=in_load``; autotuned on the
   full-width workload, the chosen tiles are in the rows' ``triton_config``).
-- CUDA graphs (CUDA, unless ``--no-cuda-graphs``): every capturable path (dense eager, dense compile,
+- CUDA graphs (CUDA, unless ``cuda_graphs=false``): every capturable path (dense eager, dense compile,
   ideal narrow, acm_triton, acm_masked) is also captured after warm-up and timed as a replay, as variant
   ``<variant>@graph``; the PyTorch sorted/naive paths synchronize with the host and are not captured.
   The run also checks acm_triton under ``torch.cuda.set_sync_debug_mode("error")`` (``sync_check``).
 - Timing (no counters attached): CPU ``torch.utils.benchmark.Timer.blocked_autorange`` with an explicit
   thread count; GPU ``triton.testing.do_bench`` (L2 flushed before every call, warm-up) with all per-call
-  times kept.  Points are measured in ``--rounds`` rounds, each in a fresh random order (A/B interleaving
+  times kept.  Points are measured in ``rounds`` rounds, each in a fresh random order (A/B interleaving
   against drift; dense_eager is re-measured several times per round); median and IQR of the pooled
   per-call times.  Inputs are random normal, never zeros.
-- CPU threads: set explicitly (``--threads``, default 2).  On a loaded shared machine prefer 1 (or set
+- CPU threads: set explicitly (``threads``, default 2).  On a loaded shared machine prefer 1 (or set
   ``OMP_WAIT_POLICY=PASSIVE``): with 2 threads each OpenMP parallel region can wait a scheduler quantum
   for a descheduled thread (a 139×768 copy measured 15 ms), a fixed cost per op that penalises the
   many-op ACM paths far more than the 3-op dense MLP.
@@ -31,7 +31,7 @@ against dense baselines while the executed fraction of learners f sweeps 0, 0.1,
   when it ran).  A least-squares line T(f)/T_dense = a + b·f is fitted per (batch, k mode, variant) over the
   measured executed fraction (mean k / N of the actual k): a, b, R², max |residual|, and the fitted
   T(0.25)/T_dense and T(1)/T_dense.  A secondary fit uses per-point minimum block times (statistic "min").
-  ``--refit ROWS_CSV`` recomputes a fit table and the figure from stored rows without measuring.
+  ``refit=ROWS_CSV`` recomputes a fit table and the figure from stored rows without measuring.
 - GPU: achieved TFLOP/s per point, the dense-GEMM peak measured in the same run (bf16 8192³ matmul) and
   the point's percentage of it (``pct_of_peak``).  ``rel_to_best_dense`` divides by the fastest dense
   variant of the batch (eager, compile, and their graph replays); the fit table has that baseline too
@@ -44,12 +44,12 @@ that module).  The timer is the harness's (:mod:`bench.kernels.timer`).  The ver
 the method's registration (``MethodSpec.kernels``).
 
 Torch, the ACM paths and Triton are imported when the benchmark runs, not with this module (``bench kernels
---help`` waits for none of them; Triton is optional).
+--help`` waits for none of them; Triton is optional).  The keys (``key=value``, composed by Hydra like
+``run``'s) are in :mod:`methods.acm.kernels.bench_args`.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import math
 import random
@@ -66,7 +66,8 @@ from bench.kernels.graphs import capture, host_sync_free
 from bench.kernels.timer import device_timer, gemm_peak_tflops, median_iqr, versions
 from bench.results import atomic_write_frame
 from bench.speed import aligned_width
-from methods.acm.kernels.bench_args import IDEAL_ALIGN, check, parser, resolve  # noqa: F401  (check: the verb's)
+from methods.acm.kernels.bench_args import (IDEAL_ALIGN, KEYS, KernelsConfig, check, parse,  # noqa: F401
+                                            resolve)  # (KEYS, check: the verb's)
 from methods.acm.kernels.bench_rows import (ACM_VARIANTS, BEST_DENSE, COMPILE, DENSE, GRAPH, IDEAL, NO_K_MODE,
                                             base_variant, finish_rows, fit_rows, plot_kernel_rows, refit)
 
@@ -147,7 +148,7 @@ def _gate_flop(opts, tokens: int) -> int:
     return 2 * tokens * (opts.d * GATE_HIDDEN + GATE_HIDDEN * GATE_HIDDEN + GATE_HIDDEN * n)
 
 
-def run(opts: argparse.Namespace) -> tuple[list[dict], dict]:
+def run(opts: KernelsConfig) -> tuple[list[dict], dict]:
     """Measure every point; returns (rows, info)."""
     import torch
 
@@ -285,7 +286,7 @@ def _warm_up(opts, torch, points: dict, rows: list[dict], base: dict, batch: int
             if any(key[0] == "acm_triton" for key in points) and not info["sync_check"]:
                 key = next(key for key in points if key[0] == "acm_triton")
                 info["sync_check"] = host_sync_free(points[key][0])
-        if gpu and not getattr(opts, "no_cuda_graphs", False):
+        if gpu and opts.cuda_graphs:
             _add_graph_points(points, rows, base, batch)
     return triton_config
 
@@ -333,10 +334,9 @@ def _add_graph_points(points: dict, rows: list[dict], base: dict, batch: int) ->
 
 
 def main(argv: list[str]) -> int:
-    opts = parser().parse_args(argv)
-    opts.argv = list(argv)
+    opts = parse(argv)
     if opts.refit:
-        frame, fits = refit(opts.refit, None if opts.no_plot else opts.reports_dir)
+        frame, fits = refit(opts.refit, opts.reports_dir if opts.plot else None)
         _print_summary(frame, fits, {"compile_status": "see rows"}, 0.0)
         return 0
     import torch
@@ -360,7 +360,7 @@ def main(argv: list[str]) -> int:
     atomic_write_frame(fit_path, fits)
     print(rows_path)
     print(fit_path)
-    if not opts.no_plot:
+    if opts.plot:
         png = Path(opts.reports_dir) / "kernel_latency.png"
         plot_kernel_rows(frame, png)
         print(png)

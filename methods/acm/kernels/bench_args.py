@@ -1,9 +1,10 @@
-"""The arguments of ``python -m bench kernels`` (:mod:`methods.acm.kernels.bench`): the parser, the checks
-the verb makes before anything runs, and the defaults that depend on the device."""
+"""The keys of ``python -m bench kernels`` (:mod:`methods.acm.kernels.bench`): the config composed by Hydra
+like ``run``'s and ``speed``'s, the checks the verb makes before anything runs, and the defaults that depend on
+the device."""
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import paths
@@ -16,82 +17,122 @@ DEFAULT_FRACTIONS = tuple(round(0.1 * i, 1) for i in range(11))
 IDEAL_ALIGN = ALIGN  # hidden widths of the ideal narrow MLP are multiples of this (bench speed's too)
 
 
-def parser() -> argparse.ArgumentParser:
-    """The verb's arguments (``bench kernels`` checks them with this parser before running)."""
-    p = argparse.ArgumentParser(
-        prog="python -m bench kernels",
-        description="ACM layer latency vs linear scaling (Figure 9 protocol); writes results/kernels/<id>.csv, "
-                    "<id>.fit.csv and reports/kernel_latency.png.")
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda if available")
-    p.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32")
-    p.add_argument("--batch", type=int, nargs="+", default=None,
-                   help="batch sizes, each swept over all fractions (default cpu: 1 2 4 8; cuda: 1 8 32 128)")
-    p.add_argument("--main-batch", type=int, default=None,
-                   help="batch of the main panel (default: 8 on cpu, 128 on cuda, else the largest)")
-    p.add_argument("--tokens", type=int, default=197)
-    p.add_argument("--d", type=int, default=768)
-    p.add_argument("--n-learners", type=int, default=4)
-    p.add_argument("--width", type=int, default=None, help="learner width (default: d)")
-    p.add_argument("--activation", choices=["gelu", "relu", "none"], default="gelu")
-    p.add_argument("--fractions", type=float, nargs="+", default=list(DEFAULT_FRACTIONS))
-    p.add_argument("--variants", nargs="+", choices=ALL_VARIANTS, default=None,
-                   help="default: all but acm_masked (acm_triton only on cuda)")
-    p.add_argument("--k-mode", nargs="+", choices=["iid", "equal"], default=["iid"])
-    p.add_argument("--ideal-align", type=int, default=None,
-                   help=f"hidden widths of ideal_narrow are multiples of this (default {IDEAL_ALIGN}; --quick: 16)")
-    p.add_argument("--triton-gather", choices=["once", "in_load"], default="once",
-                   help="acm_triton: gather X into sorted order once (default) or inside the GEMM loads")
-    p.add_argument("--no-cuda-graphs", action="store_true",
-                   help="CUDA: do not time the CUDA-graph-captured variants (<variant>@graph)")
-    p.add_argument("--min-run-s", type=float, default=None,
-                   help="CPU: blocked_autorange min_run_time per point and round (default 0.3); "
-                        "GPU: do_bench rep time in s (default 0.1)")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds (default 3)")
-    p.add_argument("--threads", type=int, default=2,
-                   help="CPU threads (torch.set_num_threads and Timer; default 2).  On a shared, loaded machine "
-                        "use 1: with 2 OpenMP threads every parallel op waits at a barrier for a descheduled "
-                        "thread, which penalises paths with many small ops")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--results-dir", default="results")
-    p.add_argument("--reports-dir", default="reports")
-    p.add_argument("--full-breakdown", action="store_true",
-                   help="measure every variant and k mode at every batch (default: batches other than the "
-                        "main one measure only dense_eager and the fastest ACM variant, first k mode)")
-    p.add_argument("--no-plot", action="store_true")
-    p.add_argument("--refit", metavar="ROWS_CSV", default=None,
-                   help="measure nothing: recompute ROWS_CSV's fit table and redraw the figure from it")
-    p.add_argument("--quick", action="store_true",
-                   help="tiny smoke configuration (tokens 16, d 32, N 4×16, batches 1 2, f 0 0.5 1, 1 round)")
-    return p
+@dataclass
+class KernelsConfig:
+    """The keys of ``python -m bench kernels`` (a Hydra scenario beside ``run``'s and ``speed``'s; 0 and empty
+    values mean the defaults :func:`resolve` fills in)."""
+
+    device: str = ""
+    dtype: str = "fp32"
+    batch: list[int] = field(default_factory=list)
+    main_batch: int = 0
+    tokens: int = 197
+    d: int = 768
+    n_learners: int = 4
+    width: int = 0
+    activation: str = "gelu"
+    fractions: list[float] = field(default_factory=lambda: list(DEFAULT_FRACTIONS))
+    variants: list[str] = field(default_factory=list)
+    k_mode: list[str] = field(default_factory=lambda: ["iid"])
+    ideal_align: int = 0
+    triton_gather: str = "once"
+    cuda_graphs: bool = True
+    min_run_s: float = 0.0
+    rounds: int = 3
+    threads: int = 2
+    seed: int = 0
+    results_dir: str = "results"
+    reports_dir: str = "reports"
+    full_breakdown: bool = False
+    plot: bool = True
+    refit: str = ""
+    quick: bool = False
 
 
-def check(opts: argparse.Namespace) -> None:
-    """What the parser cannot check, before anything runs: UserError with one line."""
+KEYS = {
+    "device": "cpu or cuda (default: cuda if available)",
+    "dtype": "fp32, fp16 or bf16",
+    "batch": "batch sizes, each swept over all fractions (default cpu: 1,2,4,8; cuda: 1,8,32,128)",
+    "main_batch": "batch of the main panel (0: 8 on cpu, 128 on cuda, else the largest)",
+    "tokens": "tokens per sample",
+    "d": "model width",
+    "n_learners": "learners per ACM layer",
+    "width": "learner width (0: d)",
+    "activation": "gelu, relu or none",
+    "fractions": "executed fractions in [0, 1]",
+    "variants": f"paths to time, of {', '.join(ALL_VARIANTS)} (empty: all but acm_masked; acm_triton only on cuda)",
+    "k_mode": "learner-count draws: iid and/or equal",
+    "ideal_align": f"hidden widths of ideal_narrow are multiples of this (0: {IDEAL_ALIGN}; quick: 16)",
+    "triton_gather": "acm_triton: gather X into sorted order once, or in_load (inside the GEMM loads)",
+    "cuda_graphs": "CUDA: also time the CUDA-graph-captured variants (<variant>@graph)",
+    "min_run_s": "CPU: blocked_autorange min_run_time per point and round (0: 0.3); GPU: do_bench rep time in s "
+                 "(0: 0.1)",
+    "rounds": "interleaved measurement rounds",
+    "threads": "CPU threads (torch.set_num_threads and the timer); on a shared, loaded machine use 1: with 2 "
+               "OpenMP threads every parallel op waits at a barrier for a descheduled thread",
+    "seed": "seed of the weights, inputs and learner counts",
+    "results_dir": "rows go to <results_dir>/kernels/",
+    "reports_dir": "the figure goes to <reports_dir>/kernel_latency.png",
+    "full_breakdown": "measure every variant and k mode at every batch (default: batches other than the main "
+                      "one measure dense_eager and the fastest ACM variant, first k mode)",
+    "plot": "draw the figure",
+    "refit": "measure nothing: recompute this rows file's fit table and redraw the figure from it",
+    "quick": "tiny smoke configuration (tokens 16, d 32, N 4x16, batches 1,2, f 0,0.5,1, 1 round)",
+}
+CHOICES = {"device": ("", "cpu", "cuda"), "dtype": ("fp32", "fp16", "bf16"), "activation": ("gelu", "relu", "none"),
+           "triton_gather": ("once", "in_load")}
+LIST_CHOICES = {"variants": ALL_VARIANTS, "k_mode": ("iid", "equal")}
+
+
+def parse(args: list[str]) -> KernelsConfig:
+    """key=value arguments -> KernelsConfig, composed by Hydra (:func:`bench.config.compose_scenario`), its
+    choices checked; a bad one raises UserError with one line."""
+    from bench.config import ConfigError, compose_scenario
+
+    for arg in args:
+        if "=" not in arg or arg.startswith("="):
+            raise UserError(f"kernels: expected key=value, got '{arg}'; keys: {', '.join(KEYS)}")
+    try:
+        opts = compose_scenario("kernels", KernelsConfig, args)
+    except ConfigError as err:
+        raise UserError(f"kernels: {err}") from None
+    for key, allowed in CHOICES.items():
+        if getattr(opts, key) not in allowed:
+            raise UserError(f"kernels: {key}={getattr(opts, key)!r}; choose {', '.join(a for a in allowed if a)}")
+    for key, allowed in LIST_CHOICES.items():
+        bad = [v for v in getattr(opts, key) if v not in allowed]
+        if bad:
+            raise UserError(f"kernels: {key}: unknown {', '.join(bad)}; choose from {', '.join(allowed)}")
+    opts.argv = list(args)
+    return opts
+
+
+def check(opts: KernelsConfig) -> None:
+    """What composing cannot check, before anything runs: UserError with one line."""
     bad = [f for f in opts.fractions if not 0.0 <= f <= 1.0]
     if bad:
-        raise UserError(f"kernels: --fractions must lie in [0, 1], got {', '.join(f'{f:g}' for f in bad)}")
-    for flag, value in (("--rounds", opts.rounds), ("--threads", opts.threads), ("--tokens", opts.tokens),
-                        ("--d", opts.d), ("--n-learners", opts.n_learners)):
-        if value < 1:
-            raise UserError(f"kernels: {flag} must be >= 1, got {value}")
-    if any(b < 1 for b in opts.batch or []):
-        raise UserError(f"kernels: --batch sizes must be >= 1, got {opts.batch}")
+        raise UserError(f"kernels: fractions must lie in [0, 1], got {', '.join(f'{f:g}' for f in bad)}")
+    for key in ("rounds", "threads", "tokens", "d", "n_learners"):
+        if getattr(opts, key) < 1:
+            raise UserError(f"kernels: {key} must be >= 1, got {getattr(opts, key)}")
+    if any(b < 1 for b in opts.batch):
+        raise UserError(f"kernels: batch sizes must be >= 1, got {opts.batch}")
     if opts.refit and not Path(opts.refit).is_file():
-        raise UserError(f"kernels: --refit {opts.refit}: no such rows file; give a results/kernels/<id>.csv")
+        raise UserError(f"kernels: refit={opts.refit}: no such rows file; give a results/kernels/<id>.csv")
     if opts.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
-            raise UserError("kernels: --device cuda but no CUDA device is available; use --device cpu")
+            raise UserError("kernels: device=cuda but no CUDA device is available; use device=cpu")
     if not opts.refit:
-        paths.check_writable("--results-dir", opts.results_dir)
-        if not opts.no_plot:
-            paths.check_writable("--reports-dir", opts.reports_dir)
+        paths.check_writable("results_dir", opts.results_dir)
+        if opts.plot:
+            paths.check_writable("reports_dir", opts.reports_dir)
 
 
-def resolve(opts: argparse.Namespace, torch) -> argparse.Namespace:
+def resolve(opts: KernelsConfig, torch) -> KernelsConfig:
     """The defaults that depend on the device and on ``--quick``, filled in."""
-    if opts.device is None:
+    if not opts.device:
         opts.device = "cuda" if torch.cuda.is_available() else "cpu"
     if opts.quick:
         opts.tokens, opts.d, opts.n_learners, opts.width = 16, 32, 4, 16
@@ -100,21 +141,21 @@ def resolve(opts: argparse.Namespace, torch) -> argparse.Namespace:
         opts.rounds = 1
         opts.min_run_s = opts.min_run_s or 0.01
         opts.ideal_align = opts.ideal_align or 16
-        if opts.variants is None:
+        if not opts.variants:
             opts.variants = [DENSE, IDEAL, "acm_naive", "acm_sorted"]
     gpu = opts.device == "cuda"
-    if opts.batch is None:
+    if not opts.batch:
         opts.batch = [1, 8, 32, 128] if gpu else [1, 2, 4, 8]
-    if opts.main_batch is None:
+    if not opts.main_batch:
         preferred = 128 if gpu else 8
         opts.main_batch = preferred if preferred in opts.batch else max(opts.batch)
-    if opts.width is None:
+    if not opts.width:
         opts.width = opts.d
-    if opts.ideal_align is None:
+    if not opts.ideal_align:
         opts.ideal_align = IDEAL_ALIGN
-    if opts.min_run_s is None:
+    if not opts.min_run_s:
         opts.min_run_s = 0.1 if gpu else 0.3
-    if opts.variants is None:
+    if not opts.variants:
         opts.variants = [v for v in ALL_VARIANTS if v != "acm_masked" and (gpu or v != "acm_triton")]
     if DENSE not in opts.variants:
         opts.variants = [DENSE] + list(opts.variants)  # the normaliser is always measured
