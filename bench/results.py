@@ -292,6 +292,23 @@ def row_protocol(csv_path: Path) -> int:
     return protocol_version(frame["protocol"].iloc[0] if "protocol" in frame and len(frame) else None)
 
 
+def row_code_version(csv_path: Path) -> str:
+    """The ``code_version`` a stored row was made by ("" for a file without one)."""
+    import pandas as pd
+
+    frame = pd.read_csv(csv_path, usecols=lambda c: c == "code_version", dtype=str)
+    if "code_version" not in frame or not len(frame) or pd.isna(frame["code_version"].iloc[0]):
+        return ""
+    return str(frame["code_version"].iloc[0])
+
+
+def made_by_other_versions(stored: str, current: str) -> bool:
+    """Whether a row's ``code_version`` names explicit versions other than ``current`` (a behaviour version
+    was bumped since it was made).  Rows from before explicit versions (a source hash, or nothing) name no
+    versions and keep counting, as their identity does."""
+    return stored.startswith("skeleton") and stored != current
+
+
 def same_point_rows(results_dir: Path | str, task: str, method: str, suffix: str) -> list[Path]:
     """Row files of one method and task whose id ends in ``suffix`` ("-<knob><value>-s<seed>"), any hash."""
     return sorted(p for p in row_dir(results_dir, task, method).glob(f"*{suffix}.csv") if not p.name.startswith("."))

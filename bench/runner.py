@@ -381,8 +381,10 @@ def pending_values(cfg: Any, method: Method, method_name: str, task_name: str) -
     """The knob values of this run that have no row yet (every value with ``force=true``): a run whose list
     is empty is skipped."""
     knob, chash = registry.method_spec(method_name).knob, config_hash(cfg, method_name, task_name)
+    code = versions.tag(versions.of(method.task, method))
     return [v for v in method.knob_values()
-            if cfg.force or not _point_exists(cfg.results_dir, task_name, method_name, chash, knob, v, cfg.seed)]
+            if cfg.force or not _point_exists(cfg.results_dir, task_name, method_name, chash, knob, v, cfg.seed,
+                                              code)]
 
 
 def _row_id(chash: str, knob: str, value: Any, seed: int) -> str:
@@ -391,17 +393,20 @@ def _row_id(chash: str, knob: str, value: Any, seed: int) -> str:
 
 
 # --- row identity ---------------------------------------------------------------------------------------
-def _point_exists(results_dir: Any, task: str, method: str, chash: str, knob: str, value: Any, seed: int) -> bool:
+def _point_exists(results_dir: Any, task: str, method: str, chash: str, knob: str, value: Any, seed: int,
+                  code: str = "") -> bool:
     """A row of this point exists: its own row id, or an older row of the same knob value and seed whose
     config (read from its ``config.yaml``, without today's non-result keys) has the same identity hash, in
-    either case made under today's training protocol (:data:`results.PROTOCOL_VERSION`): a point whose
-    config did not change but whose protocol did is run again."""
+    either case made under today's training protocol (:data:`results.PROTOCOL_VERSION`) and by today's
+    behaviour versions ``code`` (a row's ``code_version``; :func:`results.made_by_other_versions`): a point
+    whose config did not change but whose protocol or versions did is run again."""
     own = results.row_dir(results_dir, task, method) / f"{_row_id(chash, knob, value, seed)}.csv"
     suffix = _row_id("", knob, value, seed)
     candidates = [own] if own.exists() else []
     candidates += [p for p in results.same_point_rows(results_dir, task, method, suffix)
                    if p != own and results.stored_identity(p, method, task, "") == chash]
-    return any(results.row_protocol(p) == results.PROTOCOL_VERSION for p in candidates)
+    return any(results.row_protocol(p) == results.PROTOCOL_VERSION
+               and not results.made_by_other_versions(results.row_code_version(p), code) for p in candidates)
 
 
 def _identical_row(results_dir: Any, task: str, method: str, chash: str, knob: str, value: Any, seed: int,

@@ -86,6 +86,29 @@ def test_a_row_of_an_older_protocol_does_not_count_as_the_point(tmp_path):
     assert [results.protocol_version(v) for v in (None, float("nan"), "", 1, 2.0, "2")] == [1, 1, 1, 1, 2, 2]
 
 
+def test_a_row_made_by_other_behaviour_versions_does_not_count_as_the_point(tmp_path):
+    """A method or task version bump makes its existing rows stale: the same command runs the point again
+    (the bump retrains the stages it keys).  Rows from before explicit versions (a source hash in
+    code_version) still count."""
+    import pandas as pd
+
+    from bench import versions
+
+    rows_dir = tmp_path / "results" / "parity" / "dense"
+    cfg = compose_tiny("dense", "parity", tmp_path, "timing=false")
+    runner.run(cfg, "dense", "parity", "test")
+    [name] = _row_files(rows_dir)
+    row = pd.read_csv(rows_dir / name, dtype={"code_version": str})
+    current = row["code_version"].iloc[0]
+    assert current.startswith("skeleton") and results.row_code_version(rows_dir / name) == current
+    assert runner.run(cfg, "dense", "parity", "test") == []  # made by today's versions: the point exists
+    for stored, counts in ((current.replace("dense1", "dense0"), False), ("0a1b2c3d4e5f", True), ("", True)):
+        row.assign(code_version=stored).to_csv(rows_dir / name, index=False)
+        pending = runner.pending_values(cfg, runner.build(cfg, "dense", "parity", "test")[2], "dense", "parity")
+        assert (pending == []) is counts, stored
+    assert not results.made_by_other_versions(versions.tag(versions.core()), versions.tag(versions.core()))
+
+
 def test_report_keeps_rows_of_different_budgets_apart(tmp_path):
     a = dataclasses.replace(_row("acm", "train", 0.1, 0.5, 0.80), train_budget="100 steps")
     b = dataclasses.replace(_row("acm", "train", 0.1, 0.5, 0.85, timestamp="2024-03-01T00:00:00+00:00"),
