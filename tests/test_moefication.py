@@ -108,30 +108,6 @@ def test_real_path_equals_masked_path(k):
         assert len(set(layer.last_selected[0, 0].tolist())) == k  # k distinct experts per token
 
 
-@pytest.mark.parametrize("chunk_tokens", [1, 5, 7])
-def test_real_path_in_token_chunks_equals_the_masked_path_and_counts_the_same(monkeypatch, chunk_tokens):
-    """The CPU real path in chunks of tokens (a chunk boundary inside a sample, and chunks of uneven
-    size): the same outputs as the masked reference and the unchunked path, the same counted MACs."""
-    import methods.moefication.layers as layers
-
-    model = moe_encoder()
-    x = tokens(3)
-    for layer in moe_layers(model):
-        layer.k = 2
-    with torch.inference_mode():
-        whole, whole_macs = model(x), cost.count(model, x).macs
-        set_mode(model, "masked")
-        masked = model(x)
-        set_mode(model, "real")
-        row_bytes = moe_layers(model)[0].fc1.in_features * x.element_size()
-        monkeypatch.setattr(layers, "CHUNK_BYTES", chunk_tokens * row_bytes)
-        assert layers.chunk_rows(torch.zeros(3 * T, moe_layers(model)[0].fc1.in_features)) == chunk_tokens
-        chunked, chunked_macs = model(x), cost.count(model, x).macs
-    torch.testing.assert_close(chunked, masked, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=1e-6)
-    assert chunked_macs == whole_macs
-
-
 def test_k_equals_E_real_path_is_the_relufied_dense_model():
     dense = relu_encoder()
     moe = copy.deepcopy(dense)

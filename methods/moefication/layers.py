@@ -16,8 +16,7 @@ Modes of :class:`MoEMLP` (``mode``):
 - "dense": the relufied MLP on every neuron, no router (router training and tests);
 - "masked": router, all neurons computed, unselected experts zeroed (tests only: the reference);
 - "real": router, (token, expert) pairs sorted by expert, one GEMM pair per expert over its gathered
-  tokens, results index-added back (on CPU, chunk by chunk of tokens).  Used for evaluation, counting
-  and timing.
+  tokens, results index-added back.  Used for evaluation, counting and timing.
 Every forward logs ``last_selected`` ([B, T, k] expert ids, routed modes), ``last_pairs`` ([B]:
 executed (token, expert) pairs per sample) and ``last_tokens`` (T) for per-sample MACs.
 """
@@ -30,15 +29,6 @@ from torch import Tensor, nn
 from bench.models.transformer import MLP
 
 MODES = ("dense", "masked", "real")
-CHUNK_BYTES = 2 ** 21  # the real path's token chunk on CPU: about one core's L2 of input rows
-
-
-def chunk_rows(x: Tensor) -> int:
-    """Tokens per chunk of the real path: all of them off CPU; on CPU, as many rows of ``x`` as fill
-    :data:`CHUNK_BYTES` (at least one)."""
-    if x.device.type != "cpu":
-        return x.shape[0]
-    return max(1, CHUNK_BYTES // (x.shape[-1] * x.element_size()))
 
 
 class Router(nn.Module):
@@ -123,25 +113,10 @@ class MoEMLP(nn.Module):
         return self.fc2(hidden)
 
     def _real(self, x: Tensor, selected: Tensor) -> Tensor:
-        """Grouped path: per expert, one GEMM pair over the tokens that selected it; nothing else runs.  On
-        CPU the tokens go in chunks of about :data:`CHUNK_BYTES` of input (whole on other devices): a
-        chunk's rows and its output stay in cache while its experts gather from and add into them, instead
-        of every expert streaming half the batch from memory (at ViT-B, batch 32, the gathers and adds of
-        24-wide experts otherwise take as long as their GEMMs).  Every token's output is the same sum in
-        the same expert order whatever the chunking."""
-        rows = chunk_rows(x)
-        if rows >= x.shape[0]:
-            out = self._grouped(x, selected)
-        else:
-            out = torch.cat([self._grouped(part, chosen)
-                             for part, chosen in zip(x.split(rows), selected.split(rows))])
-        return out if self.fc2.bias is None else out + self.fc2.bias
-
-    def _grouped(self, x: Tensor, selected: Tensor) -> Tensor:
-        """The experts of ``x``'s tokens, without the output bias: the (token, expert) pairs sorted by
-        expert.  The per-expert weights, biases and token groups are views made in one call each
-        (``unbind``, ``split``), so an expert costs five operator calls: its gather, two GEMMs, the ReLU
-        and its index-add (at ViT-B's 128 experts per MLP the calls, not the MACs, set the time at batch 1)."""
+        """Grouped path: per expert, one GEMM pair over the tokens that selected it; nothing else runs.  The
+        per-expert weights, biases and token groups are views made in one call each (``unbind``,
+        ``split``), so an expert costs five operator calls: its gather, two GEMMs, the ReLU and its
+        index-add (at ViT-B's 128 experts per MLP the calls, not the MACs, set the time at batch 1)."""
         n, k = selected.shape
         experts, m = self.experts, self.expert_size
         expert_of_pair = selected.reshape(-1)
@@ -158,7 +133,7 @@ class MoEMLP(nn.Module):
             rows = x.index_select(0, tokens)
             hidden = torch.mm(rows, w1[e]) if b1[e] is None else torch.addmm(b1[e], rows, w1[e])
             out.index_add_(0, tokens, torch.mm(self.act(hidden), w2[e]))
-        return out
+        return out if self.fc2.bias is None else out + self.fc2.bias
 
     # --- cost ---------------------------------------------------------------------------------
     def pair_macs(self) -> int:
