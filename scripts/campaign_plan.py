@@ -104,7 +104,7 @@ PLAN: dict[str, list[Point]] = {
         _p("parity", "method=dense", "parity.variant=sequence", "parity.n=16", "parity.train_steps=10000",
            "parity.lr=3e-5"),
         _p("parity", "method=act", "parity.variant=sequence", "parity.n=16", "parity.train_steps=10000",
-           "act.lr=3e-5"),
+           "act.lr=3e-5", "recipe=paper"),
         # act-parity at n = 16, the largest size at which the paper's recipe converges in the CPU budget (its
         # learning curve), and the one-step network it is compared with there
         *ACT_N16,
