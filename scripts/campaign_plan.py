@@ -103,8 +103,8 @@ PLAN: dict[str, list[Point]] = {
         # 128. The learning rate is set as 3e-5"; the parity task has no warm-up)
         _p("parity", "method=dense", "parity.variant=sequence", "parity.n=16", "parity.train_steps=10000",
            "parity.lr=3e-5"),
-        _p("parity", "method=act", "parity.variant=sequence", "parity.n=16", "parity.train_steps=10000",
-           "act.lr=3e-5", "recipe=paper"),
+        *[_p("parity", "method=act", "parity.variant=sequence", "parity.n=16", "parity.train_steps=10000",
+             "act.lr=3e-5", *recipe) for recipe in ((), ("recipe=paper",))],
         # act-parity at n = 16, the largest size at which the paper's recipe converges in the CPU budget (its
         # learning curve), and the one-step network it is compared with there
         *ACT_N16,
