@@ -342,7 +342,8 @@ def _time_value(cfg: Any, model: torch.nn.Module, dense: torch.nn.Module | None,
     timing = measure_against_dense(model, dense, lambda b: task.example_input(b).to(device),
                                    batch=cfg.timing_batch, threads=int(cfg.threads),
                                    min_run_time=float(cfg.timing_min_run_s), rounds=int(cfg.timing_rounds),
-                                   call=lambda m, x: _infer_in(precision, task, m, x))
+                                   call=lambda m, x: _infer_in(precision, task, m, x),
+                                   device=torch.device(device).type)
     return timing or Timing(*(float("nan"),) * 3, 0), load_avg
 
 

@@ -53,19 +53,14 @@ def time_call(fn: Callable[[], object], *, threads: int, min_run_time: float,
     return median_iqr(device_timer(device, min_run_time, threads)(fn))
 
 
-def _device_type(model: nn.Module) -> str:
-    parameter = next(model.parameters(), None)
-    return "cuda" if parameter is not None and parameter.device.type == "cuda" else "cpu"
-
-
 @torch.inference_mode()
 def measure(model: nn.Module, example: Callable[[int], torch.Tensor], *, batch: int, threads: int,
-            min_run_time: float, call: Call = _forward) -> Timing:
-    """Latency of one sample and throughput at ``batch`` samples per call (no dense reference)."""
+            min_run_time: float, call: Call = _forward, device: str = "cpu") -> Timing:
+    """Latency of one sample and throughput at ``batch`` samples per call (no dense reference), on the
+    device type the model runs on (``device``: "cpu" or "cuda")."""
     model.eval()
     one, many = example(1), example(batch)
     call(model, one)  # warm-up (lazy init, allocator)
-    device = _device_type(model)
     lat, lat_iqr = time_call(lambda: call(model, one), threads=threads, min_run_time=min_run_time, device=device)
     big, _ = time_call(lambda: call(model, many), threads=threads, min_run_time=min_run_time, device=device)
     return Timing(lat * 1e3, lat_iqr * 1e3, many.shape[0] / big, int(many.shape[0]))
@@ -74,8 +69,9 @@ def measure(model: nn.Module, example: Callable[[int], torch.Tensor], *, batch: 
 @torch.inference_mode()
 def measure_against_dense(model: nn.Module, dense: nn.Module, example: Callable[[int], torch.Tensor], *,
                           batch: int, threads: int, min_run_time: float, rounds: int,
-                          call: Call = _forward) -> Timing:
-    """Time ``model`` and the dense base model ``dense`` in ``rounds`` interleaved rounds.
+                          call: Call = _forward, device: str = "cpu") -> Timing:
+    """Time ``model`` and the dense base model ``dense`` in ``rounds`` interleaved rounds, with the timer of
+    the device type they run on (``device``: "cpu" or "cuda").
 
     Each round times batch-1 latency and throughput at ``batch`` of both models on the same inputs; the
     order of the two models alternates between rounds.  Absolute numbers are the medians over rounds
@@ -87,7 +83,6 @@ def measure_against_dense(model: nn.Module, dense: nn.Module, example: Callable[
     model.eval()
     dense.eval()
     one, many = example(1), example(batch)
-    device = _device_type(model)
     for m in (model, dense):  # warm-up (lazy init, allocator)
         call(m, one)
         call(m, many)
