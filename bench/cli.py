@@ -311,11 +311,8 @@ def cmd_kernels(args: list[str]) -> int:
     try:
         kernel_bench = kernel_benchmark()
         if any(a in ("--help", "-h") for a in args):
-            print("usage: python -m bench kernels [key=value ...]\n" + kernel_bench.__doc__.split("\n\n")[0]
-                  + "\n\nkeys:")
-            defaults = kernel_bench.KernelsConfig()
-            for key, help_text in kernel_bench.KEYS.items():
-                print(f"  {key}={getattr(defaults, key)!r}  {help_text}")
+            config.print_scenario_keys("kernels", kernel_bench.__doc__.split("\n\n")[0], kernel_bench.KEYS,
+                                       kernel_bench.KernelsConfig())
             return 0
         kernel_bench.check(kernel_bench.parse(args))
     except UserError as err:
@@ -328,9 +325,7 @@ def cmd_speed(args: list[str]) -> int:
     from bench import speed
 
     if any(a in ("--help", "-h") for a in args):
-        print("usage: python -m bench speed [key=value ...]\n" + speed.__doc__.split("\n\n")[0] + "\n\nkeys:")
-        for key, help_text in speed.KEYS.items():
-            print(f"  {key}={getattr(speed.SpeedConfig(), key)!r}  {help_text}")
+        config.print_scenario_keys("speed", speed.__doc__.split("\n\n")[0], speed.KEYS, speed.SpeedConfig())
         return 0
     try:
         return speed.main(args)

@@ -197,28 +197,42 @@ def compose(overrides: Sequence[str]):
 def compose_scenario(name: str, schema: type, overrides: Sequence[str]) -> Any:
     """A verb's own config (``bench speed``'s and ``bench kernels``' keys): the dataclass ``schema`` as an
     OmegaConf structured config, each override parsed by Hydra's override grammar (as ``run``'s are) and
-    set on it with the schema's type checks; every problem is one line (ConfigError).  A list-typed key
-    also takes the comma form (``method=acm,cct``) and a single value (``fraction=0.5``).  Hydra's compose
-    is not used: the ``method`` and ``task`` config groups that ``run`` stores would capture the keys of
-    the same names.  Returns a ``schema`` instance (``name`` names the verb in errors)."""
+    set on it with the schema's type checks; every problem is one line starting with the verb ``name``
+    (ConfigError).  A list-typed key also takes the comma form (``method=acm,cct``) and a single value
+    (``fraction=0.5``).  Hydra's compose is not used: the ``method`` and ``task`` config groups that ``run``
+    stores would capture the keys of the same names.  Returns a ``schema`` instance."""
     from omegaconf import OmegaConf
 
     keys = [f.name for f in dataclasses.fields(schema)]
     lists = {f.name for f in dataclasses.fields(schema) if str(f.type).startswith("list")}
+    for arg in overrides:
+        if "=" not in arg or arg.startswith("="):
+            raise ConfigError(f"{name}: expected key=value, got '{arg}'; keys: {', '.join(keys)}")
     cfg = OmegaConf.structured(schema)
-    for override in _parse([_as_list(o, lists) for o in overrides]):
+    try:
+        parsed = _parse([_as_list(o, lists) for o in overrides])
+    except ConfigError as err:
+        raise ConfigError(f"{name}: {err}") from None
+    for override in parsed:
         key = override.key_or_group
         if key not in keys:
             near = near_matches(key, keys, n=3, cutoff=0.5)
             hint = f"; did you mean {', '.join(near)}?" if near else ""
-            raise ConfigError(f"unknown config key '{key}'{hint} valid keys of {name}: {', '.join(keys)}")
+            raise ConfigError(f"{name}: unknown config key '{key}'{hint} valid keys of {name}: {', '.join(keys)}")
         if override.is_sweep_override():
-            raise ConfigError(f"{override.input_line}: {name} takes one value per key (a list: {key}=[a,b])")
+            raise ConfigError(f"{name}: {override.input_line}: one value per key (a list: {key}=[a,b])")
         try:
             cfg[key] = override.value()
         except Exception as err:  # OmegaConf's validation errors: one line naming the key
-            raise ConfigError(_explain(err, keys)) from None
+            raise ConfigError(f"{name}: {_explain(err, keys)}") from None
     return OmegaConf.to_object(cfg)
+
+
+def print_scenario_keys(name: str, summary: str, keys: dict[str, str], defaults: Any) -> None:
+    """``bench <name> --help``: the usage line, ``summary`` and every key with its default and help."""
+    print(f"usage: python -m bench {name} [key=value ...]\n{summary}\n\nkeys:")
+    for key, help_text in keys.items():
+        print(f"  {key}={getattr(defaults, key)!r}  {help_text}")
 
 
 def _as_list(override: str, lists: set[str]) -> str:
