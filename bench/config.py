@@ -35,6 +35,8 @@ class RunConfig:
     device: str = param("cpu", help=f"where to train, evaluate and time: {devices.VALID}")
     threads: int = param(1, min=1, help="torch CPU threads for training, evaluation and timing (rows "
                                              "timed at different thread counts are never compared)")
+    train_threads: int = param(0, min=0, help="torch CPU threads while a stage trains (0: threads); on a small "
+                                              "machine one thread can train faster than two (scripts/train_throughput.py)")
     results_dir: str = param("results", help="root of the tidy result rows")
     cache_dir: str = param(".cache/bench", help="trained models and stage checkpoints")
     plugins: list = param([], help="modules that register extra methods/tasks")

@@ -44,6 +44,7 @@ class RunContext:
         self.device = distributed.setup(str(cfg.device))  # joins the process group under torchrun / SLURM
         self.cache_dir = Path(cfg.cache_dir)
         self.shipped = bool(getattr(cfg, "shipped", True))  # install finished stages from artifacts/
+        self.train_threads = int(getattr(cfg, "train_threads", 0)) or int(getattr(cfg, "threads", 1))
         # How stages train at scale (run-level keys, defaults for configs that predate them).
         self.precision = str(getattr(cfg, "precision", "fp32"))
         self.accumulate = int(getattr(cfg, "accumulate", 1))
@@ -104,8 +105,9 @@ class RunContext:
             distributed.barrier()
             torch.manual_seed(self.seed)
             model.to(self.device)
-            result = train.fit(model, batch_fn, loss_fn, ckpt=ckpt, desc=f"{owner}:{name}", device=self.device,
-                               **{**self.train_options, **kwargs, **self.fit_extra})
+            with cpu_threads(self.train_threads):
+                result = train.fit(model, batch_fn, loss_fn, ckpt=ckpt, desc=f"{owner}:{name}", device=self.device,
+                                   **{**self.train_options, **kwargs, **self.fit_extra})
         if ckpt not in self._charged:  # a stage loaded again (e.g. the dense base for timing) counts once
             self._charged.add(ckpt)
             self.train_time_s += result.time_s
@@ -159,6 +161,17 @@ class RunContext:
         if (width, depth) == (1.0, 1.0) and self.train_time_s > charged:  # charged now: its first use in this run
             self.base_time_s = result.time_s
         return model
+
+
+@contextlib.contextmanager
+def cpu_threads(count: int) -> Iterator[None]:
+    """torch's CPU thread count set to ``count`` inside the block, the previous count restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @contextlib.contextmanager

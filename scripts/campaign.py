@@ -419,6 +419,13 @@ def usable_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+def run_settings(threads: int, train_threads: int) -> tuple[str, ...]:
+    """The run-level keys of a one-at-a-time command: ``threads`` for evaluation and timing, and
+    ``train_threads`` for its training stages where it is set and differs (neither is part of a row's identity)."""
+    train = min(train_threads, threads) if train_threads else threads
+    return (f"threads={threads}",) if train == threads else (f"threads={threads}", f"train_threads={train}")
+
+
 def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | None, times: Path,
                  expected: dict[str, float], log_dir: Path, export_bases: bool = False) -> int:
     """Run the plan's pending commands ``jobs`` at a time, each on its share of the CPUs (``threads``, not
@@ -509,12 +516,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="commands run at once, each on its share of the CPUs (default 1; on 2 cores, two "
                              "one-thread trainings do about 2.2x the steps of one two-thread training; their "
                              "timings are not quiet, and their rows say so)")
+    parser.add_argument("--train-threads", type=int, default=1,
+                        help="torch threads while a one-at-a-time command trains (default 1: on the 2-core machine "
+                             "every stage trained faster on one thread than on two, results/throughput); its "
+                             "evaluation and timing keep all usable CPUs; 0 = the same as timing")
     parser.add_argument("--export-bases", action="store_true",
                         help="ship every dense base this machine trains (artifacts/, within 64 MB in all), so a "
                              "later session's fresh machine installs it instead of training it; commit them")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
+    if args.train_threads < 0:
+        parser.error("--train-threads must be 0 (the timing threads) or more")
     if args.fill and not args.until:
         parser.error("--fill needs --until (the stop time it fills up to)")
     seeds = tuple(int(s) for s in args.seeds.split(","))
@@ -544,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     skipped_bases: set[tuple[str, int]] = set()  # --fill: (task, seed) whose base was left for later
     for i, (seed, point) in enumerate(plan, 1):
-        line = command(seed, point, (f"threads={usable_cpus()}",))
+        line = command(seed, point, run_settings(usable_cpus(), args.train_threads))
         if has_rows(seed, point):
             print(f"[campaign] {i}/{len(plan)} has its rows: {shlex.join(line)}", flush=True)
             continue

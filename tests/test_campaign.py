@@ -156,6 +156,13 @@ def test_campaign_stops_before_a_command_that_would_run_past_until(tmp_path, mon
     campaign.main([*args[:-1], str(fresh)])  # no recorded times: every command starts (the loop runs them all)
     assert ran and ran[0][-2:] == ["threads=1", f"seed={seed}"]
     assert not any(part == "threads=2" for line in ran for part in line)  # the plan's default is replaced
+    ran.clear()
+    monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
+    campaign.main([*args[:-1], str(fresh), "--match", "method=dense"])  # trains on one thread, times on two
+    assert ran and all(line[-3:-1] == ["threads=2", "train_threads=1"] for line in ran)
+    ran.clear()
+    campaign.main([*args[:-1], str(fresh), "--match", "method=dense", "--train-threads", "0"])
+    assert ran and all(line[-2] == "threads=2" and "train_threads=1" not in line for line in ran)
 
 
 def test_fill_skips_what_does_not_fit_and_what_starts_from_a_skipped_base(tmp_path, monkeypatch, capsys):
@@ -183,10 +190,11 @@ def test_fill_skips_what_does_not_fit_and_what_starts_from_a_skipped_base(tmp_pa
     monkeypatch.setattr(campaign, "planned", lambda seeds, tasks: plan)
     monkeypatch.setattr(campaign.subprocess, "run",
                         lambda line, cwd: ran.append(line) or type("Done", (), {"returncode": 0})())
+    monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
     until = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)).strftime("%H:%M")
     assert campaign.main(["--until", until, "--fill", "--times", str(times)]) == 0
     # seed 1's method and timed static size load the skipped base; its untimed from-scratch point does not
-    assert [line[1:] for line in ran] == [campaign.command(s, p)[1:] for s, p in
+    assert [line[1:] for line in ran] == [campaign.command(s, p, campaign.run_settings(2, 1))[1:] for s, p in
                                           ((0, short_static), (1, scratch), (2, method))]
     out = capsys.readouterr().out
     assert "skipping command 1/8" in out and "no recorded time: skipping command 3/8" in out

@@ -120,6 +120,23 @@ def test_submitit_two_tasks_per_node_train_together_and_write_one_row(tmp_path):
     assert len(list((tmp_path / "runs").rglob("*_1_log.out"))) == 1  # the job really ran two tasks
 
 
+# --- threads --------------------------------------------------------------------------------------------
+def test_stages_train_on_train_threads_and_evaluation_on_threads(tmp_path, monkeypatch):
+    seen: list[int] = []
+    real_fit = train.fit
+    monkeypatch.setattr(train, "fit", lambda *a, **k: (seen.append(torch.get_num_threads()), real_fit(*a, **k))[1])
+    before = torch.get_num_threads()
+    try:
+        cfg = compose_tiny("dense", "parity", tmp_path, "threads=2", "train_threads=1", "timing=false")
+        runner.run(cfg, "dense", "parity", "test")
+        assert seen and set(seen) == {1}  # every stage trained on one thread
+        assert torch.get_num_threads() == 2  # the run's thread count is back for evaluation and timing
+        assert runner.config_hash(cfg, "dense", "parity") == runner.config_hash(
+            compose_tiny("dense", "parity", tmp_path, "threads=2", "timing=false"), "dense", "parity")
+    finally:
+        torch.set_num_threads(before)
+
+
 # --- precision and accumulation -------------------------------------------------------------------------
 def test_bf16_autocast_runs_one_method_end_to_end(tmp_path):
     cfg = compose_tiny("acm", "imagenet", tmp_path, "precision=bf16", "imagenet.eval_samples=64")
