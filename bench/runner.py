@@ -30,7 +30,7 @@ from bench import cost, distributed, paths, precision as amp, protocol, provenan
 from bench.api import Batch, Method, Task
 from bench.errors import UserError
 from bench.progress import progress
-from bench.run import RunContext, plain
+from bench.run import RunContext, cpu_threads, plain
 from bench.timing import Timing, measure_against_dense
 
 log = logging.getLogger("bench")
@@ -226,11 +226,13 @@ def plan_line(method: Method, task: Task, cfg: Any) -> str:
     the_plan = protocol.plan(method)
     text, steps = protocol.describe_plan(method, the_plan)
     if steps:
-        per_step = base_step_s(task, the_plan.batch_size, method.run.device)
+        threads = method.run.train_threads
+        with cpu_threads(threads):  # measured as the stages will train
+            per_step = base_step_s(task, the_plan.batch_size, method.run.device)
         total = steps * per_step
         when = f"{total:.0f} s" if total < 90 else f"{total / 60:.0f} min"
-        text += (f"; about {when} of training here ({per_step * 1e3:.0f} ms per base-model step at "
-                 f"threads={cfg.threads}; a method's steps may cost more)")
+        text += (f"; about {when} of training here ({per_step * 1e3:.0f} ms per base-model step on "
+                 f"{threads} thread(s); a method's steps may cost more)")
     return f"plan: {text}; then evaluation{' and timing' if cfg.timing else ''}"
 
 
