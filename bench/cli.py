@@ -311,8 +311,7 @@ def cmd_kernels(args: list[str]) -> int:
     try:
         kernel_bench = kernel_benchmark()
         if any(a in ("--help", "-h") for a in args):
-            config.print_scenario_keys("kernels", kernel_bench.__doc__.split("\n\n")[0], kernel_bench.KEYS,
-                                       kernel_bench.KernelsConfig())
+            config.print_scenario_keys("kernels", kernel_bench.__doc__.split("\n\n")[0], kernel_bench.KernelsConfig)
             return 0
         kernel_bench.check(kernel_bench.parse(args))
     except UserError as err:
@@ -325,7 +324,7 @@ def cmd_speed(args: list[str]) -> int:
     from bench import speed
 
     if any(a in ("--help", "-h") for a in args):
-        config.print_scenario_keys("speed", speed.__doc__.split("\n\n")[0], speed.KEYS, speed.SpeedConfig())
+        config.print_scenario_keys("speed", speed.__doc__.split("\n\n")[0], speed.SpeedConfig)
         return 0
     try:
         return speed.main(args)

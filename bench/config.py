@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from bench import devices, registry
 from bench.errors import UserError, near_matches
-from bench.params import check_ranges, param
+from bench.params import check_ranges, field_help, param
 
 CONFIG_MODULE = "bench.conf"
 DEFAULT_METHOD, DEFAULT_TASK = "dense", "parity"  # the defaults list of bench/conf/config.yaml
@@ -227,14 +227,19 @@ def compose_scenario(name: str, schema: type, overrides: Sequence[str]) -> Any:
             cfg[key] = override.value()
         except Exception as err:  # OmegaConf's validation errors: one line naming the key
             raise ConfigError(f"{name}: {_explain(err, keys)}") from None
-    return OmegaConf.to_object(cfg)
+    composed = OmegaConf.to_object(cfg)
+    problem = check_ranges("", schema, dataclasses.asdict(composed))
+    if problem:
+        raise ConfigError(f"{name}: {problem}")
+    return composed
 
 
-def print_scenario_keys(name: str, summary: str, keys: dict[str, str], defaults: Any) -> None:
-    """``bench <name> --help``: the usage line, ``summary`` and every key with its default and help."""
+def print_scenario_keys(name: str, summary: str, schema: type) -> None:
+    """``bench <name> --help``: the usage line, ``summary`` and every key of ``schema`` with its default and
+    help (:func:`bench.params.field_help`)."""
     print(f"usage: python -m bench {name} [key=value ...]\n{summary}\n\nkeys:")
-    for key, help_text in keys.items():
-        print(f"  {key}={getattr(defaults, key)!r}  {help_text}")
+    for key, default, help_text in field_help(schema):
+        print(f"  {key}={default!r}  {help_text}")
 
 
 def _as_list(override: str, lists: set[str]) -> str:

@@ -50,6 +50,7 @@ from typing import Any, Callable
 
 from bench import paths, provenance, registry
 from bench.errors import UserError
+from bench.params import param
 from bench.kernels.graphs import capture
 from bench.kernels.timer import device_timer, median_iqr, versions
 from bench.results import atomic_write_frame
@@ -162,45 +163,34 @@ def teacher_forced_macs(model: Any, inputs: Any) -> Any:
 
 @dataclass
 class SpeedConfig:
-    method: list[str] = field(default_factory=lambda: ["acm"])
-    task: str = "imagenet"
-    arch: str = "b16"
-    fraction: list[float] = field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0])
-    batch: int = 1
-    threads: int = 1
-    device: str = "cpu"
-    dtype: str = "fp32"
-    rounds: int = 3
-    min_run_s: float = 0.0  # 0 = cpu 1.0, cuda 0.1
-    cuda_graphs: bool = True
-    graph_max_batch: int = 32
-    seed: int = 0
-    results_dir: str = "results"
-    max_load: float = 0.0  # 0 = the CPU count
-    wait_s: float = 300.0
-    narrow: bool = True
+    """The keys of ``python -m bench speed`` (a Hydra scenario beside ``run``'s; ranges and choices checked
+    by :func:`bench.params.check_ranges`)."""
 
+    method: list[str] = param(["acm"], help="methods to time (comma list; each must define a speed forcer)")
+    task: str = param("imagenet", help="the task whose backbone is built")
+    arch: str = param("b16", help="the task's named speed size (see the error message for the list)")
+    fraction: list[float] = param([0.25, 0.5, 0.75, 1.0], min=0.0, max=1.0,
+                                  help="target executed fractions in [0, 1] (comma list)")
+    batch: int = param(1, min=1, help="batch size of every timed call (1 = latency; e.g. 32 = throughput)")
+    threads: int = param(1, min=1, help="CPU threads (torch.set_num_threads and the timer)")
+    device: str = param("cpu", choices=("cpu", "cuda"), help="cpu or cuda")
+    dtype: str = param("fp32", choices=("fp32", "fp16", "bf16"), help="fp32, fp16 or bf16 (bf16 is meant for cuda)")
+    rounds: int = param(3, min=1, help="interleaved timing rounds (each times every point once, in a fresh "
+                                       "random order)")
+    min_run_s: float = param(0.0, min=0.0, help="seconds per timing of one point in one round (0: cpu 1.0, "
+                                                "cuda 0.1)")
+    cuda_graphs: bool = param(True, help="cuda: also time every point as a CUDA-graph replay (batch <= "
+                                         "graph_max_batch)")
+    graph_max_batch: int = param(32, min=1, help="largest batch captured in CUDA graphs")
+    seed: int = param(0, min=0, help="seed of the random weights, inputs and decisions")
+    results_dir: str = param("results", help="rows go to <results_dir>/speed/<run_id>/")
+    max_load: float = param(0.0, min=0.0, help="CPU timing starts only when the 1-minute load average is at "
+                                               "most this (0: the CPU count)")
+    wait_s: float = param(300.0, min=0.0, help="seconds to wait for the load to fall to max_load before "
+                                               "refusing (0: refuse at once)")
+    narrow: bool = param(True, help="also time the aligned narrow dense ideal: the dense model with every MLP "
+                                    "narrowed to each fraction (widths rounded to 64)")
 
-KEYS = {
-    "method": "methods to time (comma list; each must define a speed forcer)",
-    "task": "the task whose backbone is built",
-    "arch": "the task's named speed size (see the error message for the list)",
-    "fraction": "target executed fractions in [0, 1] (comma list)",
-    "batch": "batch size of every timed call (1 = latency; e.g. 32 = throughput)",
-    "threads": "CPU threads (torch.set_num_threads and the timer)",
-    "device": "cpu or cuda",
-    "dtype": "fp32, fp16 or bf16 (default fp32; bf16 is meant for cuda)",
-    "rounds": "interleaved timing rounds (each times every point once, in a fresh random order)",
-    "min_run_s": "seconds per timing of one point in one round (0: cpu 1.0, cuda 0.1)",
-    "cuda_graphs": "cuda: also time every point as a CUDA-graph replay (batch <= graph_max_batch)",
-    "graph_max_batch": "largest batch captured in CUDA graphs",
-    "seed": "seed of the random weights, inputs and decisions",
-    "results_dir": "rows go to <results_dir>/speed/<run_id>/",
-    "max_load": "CPU timing starts only when the 1-minute load average is at most this (0: the CPU count)",
-    "wait_s": "seconds to wait for the load to fall to max_load before refusing (0: refuse at once)",
-    "narrow": "also time the aligned narrow dense ideal: the dense model with every MLP narrowed to each "
-              "fraction (widths rounded to 64)",
-}
 
 NARROW = "narrow_dense"  # the method name of the aligned narrow dense ideal's rows
 ALIGN = 64  # hidden widths of the narrow dense ideal are multiples of this (GEMM tiles)
@@ -234,22 +224,10 @@ def parse(args: list[str]) -> SpeedConfig:
 
 
 def _check(cfg: SpeedConfig) -> SpeedConfig:
-    if not cfg.method:
-        raise UserError("speed: method= is empty; name at least one method")
-    bad = [f for f in cfg.fraction if not 0.0 <= f <= 1.0]
-    if bad or not cfg.fraction:
-        raise UserError(f"speed: fraction values must lie in [0, 1]; got {cfg.fraction}")
-    for key in ("batch", "threads", "rounds", "graph_max_batch"):
-        if getattr(cfg, key) < 1:
-            raise UserError(f"speed: {key} must be >= 1, got {getattr(cfg, key)}")
-    if cfg.min_run_s < 0:
-        raise UserError(f"speed: min_run_s must be >= 0, got {cfg.min_run_s}")
-    if cfg.device not in ("cpu", "cuda"):
-        raise UserError(f"speed: device={cfg.device!r}; choose cpu or cuda")
-    if cfg.dtype not in ("fp32", "fp16", "bf16"):
-        raise UserError(f"speed: dtype={cfg.dtype!r}; choose fp32, fp16 or bf16")
-    if cfg.max_load < 0 or cfg.wait_s < 0:
-        raise UserError(f"speed: max_load and wait_s must be >= 0, got {cfg.max_load:g} and {cfg.wait_s:g}")
+    """What the declared ranges cannot say: both lists need a value."""
+    for key in ("method", "fraction"):
+        if not getattr(cfg, key):
+            raise UserError(f"speed: {key}= is empty; give at least one value")
     return cfg
 
 

@@ -250,7 +250,7 @@ def test_bad_input_is_one_line(gs, tmp_path, capsys):
              (["run", "--out", str(tmp_path / "o"), "--budget-s", "1"], "--budget-s 1 is too small"),
              (["unpack", str(tmp_path)], "holds neither results.tgz nor results/"),
              (["energy", "--window-s", "0.5"], "--window-s and --idle-s must be at least 1 s"),
-             (["energy", "--fractions", "2"], "fraction values must lie in [0, 1]"),
+             (["energy", "--fractions", "2"], "is out of range; expected <= 1.0"),
              (["fly"], "invalid choice: 'fly'")]
     for argv, says in cases:
         assert gs.main(argv) == 2, argv

@@ -228,11 +228,11 @@ def test_counter_disagreement_is_one_line_and_writes_nothing(tmp_path, monkeypat
 
 
 @pytest.mark.parametrize("bad, message", [
-    (["bogus=1"], "unknown config key 'bogus'"), (["fraction=1.5"], "fraction values must lie in [0, 1]"),
-    (["batch=0"], "batch must be >= 1"), (["method=dense"], "defines no speed forcer"),
+    (["bogus=1"], "unknown config key 'bogus'"), (["fraction=1.5"], "fraction=1.5 is out of range; expected <= 1.0"),
+    (["batch=0"], "batch=0 is out of range; expected >= 1"), (["fraction=[]"], "fraction= is empty"), (["method=dense"], "defines no speed forcer"),
     (["arch=b17"], "has no arch 'b17'"), (["task=parity"], "defines no speed backbones"),
     (["task=commonvoice", "method=cct"], "does not apply to task commonvoice"),
-    (["device=tpu"], "choose cpu or cuda"), (["rounds=x"], "rounds: expected integer, got 'x'"),
+    (["device=tpu"], "device='tpu' is not allowed; choose one of cpu, cuda"), (["rounds=x"], "rounds: expected integer, got 'x'"),
     (["narrow=maybe"], "narrow: expected true or false, got 'maybe'"), (["methd=acm"], "did you mean method"),
     (["fraction"], "expected key=value, got 'fraction'")])
 def test_bad_input_one_line(tmp_path, capsys, bad, message):

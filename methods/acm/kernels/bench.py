@@ -66,8 +66,8 @@ from bench.kernels.graphs import capture, host_sync_free
 from bench.kernels.timer import device_timer, gemm_peak_tflops, median_iqr, versions
 from bench.results import atomic_write_frame
 from bench.speed import aligned_width
-from methods.acm.kernels.bench_args import (IDEAL_ALIGN, KEYS, KernelsConfig, check, parse,  # noqa: F401
-                                            resolve)  # (KEYS, check: the verb's)
+from methods.acm.kernels.bench_args import (IDEAL_ALIGN, KernelsConfig, check, parse,  # noqa: F401
+                                            resolve)  # (KernelsConfig, check: the verb's)
 from methods.acm.kernels.bench_rows import (ACM_VARIANTS, BEST_DENSE, COMPILE, DENSE, GRAPH, IDEAL, NO_K_MODE,
                                             base_variant, finish_rows, fit_rows, plot_kernel_rows, refit)
 
