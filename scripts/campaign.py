@@ -404,19 +404,30 @@ def _ready(item: tuple[int, int, Point], waiting: list[tuple[int, int, Point]], 
 
 
 def throughput_estimator():
-    """(seed, point) -> :class:`campaign_estimate.Estimate` at this machine's thread count, from the measured
+    """(seed, point) -> :class:`campaign_estimate.Estimate` at the thread count the task trains with, from the measured
     training throughput (``results/throughput``) and, where a stage has none, the dense base's step time
     measured once per task."""
     import campaign_estimate
 
     rates, base_step_s = campaign_estimate.measured_rates(), campaign_estimate.live_base_step_s()
-    return lambda seed, point: campaign_estimate.estimate(seed, point, usable_cpus(), rates, base_step_s)
+    return lambda seed, point: campaign_estimate.estimate(
+        seed, point, campaign_estimate.fastest_threads(rates, point.task, usable_cpus()), rates, base_step_s)
 
 
 def usable_cpus() -> int:
     """The CPUs this process may run on (``taskset -c 1 python scripts/campaign.py`` leaves the others free
     for other work: its trainings then use one thread)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def training_threads(task: str, asked: int | None) -> int:
+    """The ``train_threads`` of a one-at-a-time command of ``task``: ``asked``, or where it is None the count
+    the task's dense base trained fastest at (:func:`campaign_estimate.fastest_threads`)."""
+    import campaign_estimate
+
+    if asked is not None:
+        return asked
+    return campaign_estimate.fastest_threads(campaign_estimate.measured_rates(), task, usable_cpus())
 
 
 def run_settings(threads: int, train_threads: int) -> tuple[str, ...]:
@@ -516,17 +527,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="commands run at once, each on its share of the CPUs (default 1; on 2 cores, two "
                              "one-thread trainings do about 2.2x the steps of one two-thread training; their "
                              "timings are not quiet, and their rows say so)")
-    parser.add_argument("--train-threads", type=int, default=1,
-                        help="torch threads while a one-at-a-time command trains (default 1: on the 2-core machine "
-                             "every stage trained faster on one thread than on two, results/throughput); its "
-                             "evaluation and timing keep all usable CPUs; 0 = the same as timing")
+    parser.add_argument("--train-threads", type=int, default=None,
+                        help="torch threads while a one-at-a-time command trains; its evaluation and timing keep "
+                             "all usable CPUs (default: per task, the thread count its dense base trained fastest "
+                             "at in results/throughput, e.g. 1 for imagenet on 2 cores; all usable CPUs for a task "
+                             "measured at fewer than two counts; 0 = all usable CPUs)")
     parser.add_argument("--export-bases", action="store_true",
                         help="ship every dense base this machine trains (artifacts/, within 64 MB in all), so a "
                              "later session's fresh machine installs it instead of training it; commit them")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
-    if args.train_threads < 0:
+    if args.train_threads is not None and args.train_threads < 0:
         parser.error("--train-threads must be 0 (the timing threads) or more")
     if args.fill and not args.until:
         parser.error("--fill needs --until (the stop time it fills up to)")
@@ -557,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     skipped_bases: set[tuple[str, int]] = set()  # --fill: (task, seed) whose base was left for later
     for i, (seed, point) in enumerate(plan, 1):
-        line = command(seed, point, run_settings(usable_cpus(), args.train_threads))
+        line = command(seed, point, run_settings(usable_cpus(), training_threads(point.task, args.train_threads)))
         if has_rows(seed, point):
             print(f"[campaign] {i}/{len(plan)} has its rows: {shlex.join(line)}", flush=True)
             continue

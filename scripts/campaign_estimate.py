@@ -45,6 +45,13 @@ def stage_rate(rates: Rates, task: str, stage: str, threads: int) -> float | Non
     return min(near) if near else None
 
 
+def fastest_threads(rates: Rates, task: str, usable: int) -> int:
+    """The thread count at which ``task``'s dense base trained fastest among those measured up to ``usable``
+    (``usable`` when fewer than two were measured: nothing says fewer threads pay)."""
+    measured = {th: v for (t, s, th), v in rates.items() if t == task and s == "dense:base" and th <= usable}
+    return max(measured, key=lambda th: (measured[th], th)) if len(measured) > 1 else usable
+
+
 @dataclass
 class Estimate:
     seconds: float  # training seconds left

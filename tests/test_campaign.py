@@ -158,11 +158,16 @@ def test_campaign_stops_before_a_command_that_would_run_past_until(tmp_path, mon
     assert not any(part == "threads=2" for line in ran for part in line)  # the plan's default is replaced
     ran.clear()
     monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
+    import campaign_estimate  # the module campaign.py reads the measured rates with
+
+    monkeypatch.setattr(campaign_estimate, "measured_rates", lambda: {
+        ("parity", "dense:base", 1): 30.0, ("parity", "dense:base", 2): 20.0})
     campaign.main([*args[:-1], str(fresh), "--match", "method=dense"])  # trains on one thread, times on two
     assert ran and all(line[-3:-1] == ["threads=2", "train_threads=1"] for line in ran)
-    ran.clear()
-    campaign.main([*args[:-1], str(fresh), "--match", "method=dense", "--train-threads", "0"])
-    assert ran and all(line[-2] == "threads=2" and "train_threads=1" not in line for line in ran)
+    for asked in ("0", "2"):  # all usable CPUs, explicitly or by count
+        ran.clear()
+        campaign.main([*args[:-1], str(fresh), "--match", "method=dense", "--train-threads", asked])
+        assert ran and all(line[-2] == "threads=2" and "train_threads=1" not in line for line in ran)
 
 
 def test_fill_skips_what_does_not_fit_and_what_starts_from_a_skipped_base(tmp_path, monkeypatch, capsys):
@@ -191,6 +196,7 @@ def test_fill_skips_what_does_not_fit_and_what_starts_from_a_skipped_base(tmp_pa
     monkeypatch.setattr(campaign.subprocess, "run",
                         lambda line, cwd: ran.append(line) or type("Done", (), {"returncode": 0})())
     monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(campaign, "training_threads", lambda task, asked: 1)
     until = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)).strftime("%H:%M")
     assert campaign.main(["--until", until, "--fill", "--times", str(times)]) == 0
     # seed 1's method and timed static size load the skipped base; its untimed from-scratch point does not
@@ -485,6 +491,19 @@ def test_stage_rates_fall_back_to_the_same_kind_then_to_none(tmp_path):
     assert estimate.stage_rate(rates, "imagenet", "acm:gates", 1) is None
     assert estimate.stage_rate(rates, "imagenet", "dense:base", 1) is None  # another thread count
     assert estimate.measured_rates(tmp_path / "none") == {}
+
+
+def test_training_threads_are_the_fastest_measured_count_of_the_task():
+    _campaign()
+    estimate = load_script("campaign_estimate")
+    rates = {("imagenet", "dense:base", 1): 20.0, ("imagenet", "dense:base", 2): 17.0,
+             ("commonvoice", "dense:base", 1): 2.7, ("commonvoice", "dense:base", 2): 4.5,
+             ("iwslt", "dense:base", 1): 9.0, ("imagenet", "dense:base", 4): 30.0}
+    assert estimate.fastest_threads(rates, "imagenet", 2) == 1  # one thread trains faster on 2 cores
+    assert estimate.fastest_threads(rates, "imagenet", 4) == 4  # counts beyond the usable CPUs are left out
+    assert estimate.fastest_threads(rates, "commonvoice", 2) == 2
+    assert estimate.fastest_threads(rates, "iwslt", 2) == 2  # one count measured: all usable CPUs
+    assert estimate.fastest_threads(rates, "parity", 2) == 2  # none measured
 
 
 def test_estimate_times_the_stages_left_to_train(tmp_path, monkeypatch):
