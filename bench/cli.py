@@ -21,8 +21,8 @@ verbs:
         train (cached) and evaluate one method on one task; rows go to results/<task>/<method>/.
         Hydra overrides; -m / --multirun sweeps comma lists, e.g. -m act.tau=1e-3,1e-2
         `run --cfg job` prints the composed config; `python -m bench ls` lists every key's default.
-  report [--results-dir results] [--reports-dir reports]
-        Pareto figures and the leaderboard from the rows under results/
+  report [results_dir=results] [reports_dir=reports]
+        Pareto figures, the leaderboard and the claims page from the rows under results/
   ls [plugins=[pkg.module,...]]
         run-level keys, registered methods and tasks (with plugins), their config keys, the method x task matrix
   kernels [key=value ...]
@@ -264,24 +264,33 @@ def cmd_ls(args: list[str]) -> int:
     return 0
 
 
-def parse_one_line(parser, args: list[str], verb: str):
-    """``parser.parse_args(args)``, but a bad argument raises ConfigError with one line (no usage block)."""
+LEGACY_REPORT_FLAGS = {"--results-dir": "results_dir", "--reports-dir": "reports_dir"}
 
-    def error(message: str):
-        raise ConfigError(f"{verb}: {message}; see `python -m bench {verb} --help`")
 
-    parser.error = error
-    return parser.parse_args(args)
+def report_overrides(args: list[str]) -> list[str]:
+    """``report``'s arguments as key=value overrides; the flag forms ``--results-dir X`` and
+    ``--results-dir=X`` of earlier versions are read as ``results_dir=X``."""
+    out, rest = [], list(args)
+    while rest:
+        arg = rest.pop(0)
+        flag, eq, value = arg.partition("=")
+        if flag in LEGACY_REPORT_FLAGS:
+            if not eq:
+                if not rest:
+                    raise ConfigError(f"report: {flag} needs a value; use {LEGACY_REPORT_FLAGS[flag]}=<folder>")
+                value = rest.pop(0)
+            arg = f"{LEGACY_REPORT_FLAGS[flag]}={value}"
+        out.append(arg)
+    return out
 
 
 def cmd_report(args: list[str]) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m bench report")
-    parser.add_argument("--results-dir", default="results")
-    parser.add_argument("--reports-dir", default="reports")
+    """``bench report``: key=value arguments composed like ``speed``'s and ``kernels``' (one line, exit 2)."""
+    if any(a in ("--help", "-h") for a in args):
+        config.print_scenario_keys("report", "the pages and figures, drawn from the rows", config.ReportConfig)
+        return 0
     try:
-        opts = parse_one_line(parser, args, "report")
+        opts = config.compose_scenario("report", config.ReportConfig, report_overrides(args))
     except ConfigError as err:
         return fail(str(err))
     from bench import report

@@ -72,6 +72,14 @@ class RunConfig:
 RUN_KEYS = {f.name for f in dataclasses.fields(RunConfig)}
 
 
+@dataclasses.dataclass
+class ReportConfig:
+    """The keys of ``python -m bench report`` (a scenario beside ``speed``'s and ``kernels``')."""
+
+    results_dir: str = param("results", help="the rows to read (every task's, speed, kernels, throughput)")
+    reports_dir: str = param("reports", help="where the pages and figures are written")
+
+
 class ConfigError(UserError, ValueError):
     """A bad command line or config; the message is one line for the user."""
 

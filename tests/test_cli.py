@@ -49,7 +49,7 @@ def bench(*args: str, cwd: Path = ROOT, env_extra: dict | None = None) -> subpro
     (["kernels", "quik=true"], "kernels: unknown config key 'quik'; did you mean quick"),
     (["kernels", "refit=missing.csv"], "kernels: refit=missing.csv: no such rows file"),
     (["kernels", "results_dir=/proc/nope"], "results_dir=/proc/nope: cannot write there"),
-    (["report", "--bogus"], "report: unrecognized arguments: --bogus"),
+    (["report", "--bogus"], "report: expected key=value, got '--bogus'; keys: results_dir, reports_dir"),
     (["run", "method=act", "act.tau=1e-3,1e-2"], "act.tau=1e-3,1e-2 is a sweep (one job per value) but the "
                                                  "command has no -m; add -m"),
     (["run", "method=ACT", "task=parity"], "unknown method 'ACT'; did you mean act? valid: "),
@@ -162,6 +162,22 @@ def test_run_writes_rows_and_resolved_config(tmp_path):
     assert again.returncode == 0
     assert "already has a row" in again.stderr + again.stdout
     assert len(list((tmp_path / "results" / "parity" / "dense").glob("*.csv"))) == 1
+
+
+def test_report_takes_key_value_and_the_earlier_flags(monkeypatch, tmp_path, capsys):
+    from bench import cli, report
+
+    seen = []
+    monkeypatch.setattr(report, "main", lambda results, reports: seen.append((results, reports)) or [])
+    for args in (["results_dir=r", "reports_dir=p"], ["--results-dir", "r", "--reports-dir=p"]):
+        assert cli.main(["report", *args]) == 0
+    assert seen == [("r", "p"), ("r", "p")]
+    for args, says in ((["--results-dir"], "--results-dir needs a value"), (["--bogus"], "expected key=value"),
+                       (["results_dr=x"], "did you mean results_dir")):
+        assert cli.main(["report", *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("bench: error: report: ") and says in err and err.count("\n") == 1
+    assert len(seen) == 2
 
 
 def test_one_error_family_and_bugs_keep_their_traceback(monkeypatch, tmp_path, capsys):
