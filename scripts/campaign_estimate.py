@@ -24,14 +24,14 @@ Rates = dict[tuple[str, str, int], float]  # (task, "<method>:<stage>", threads)
 
 
 def measured_rates(folder: Path = THROUGHPUT) -> Rates:
-    """The latest measured steps per second of every (task, stage, threads) in ``folder``'s rows."""
-    import pandas as pd
+    """The latest measured fp32 steps per second (the campaign trains in fp32) of every (task, stage, threads)
+    in the rows of ``folder`` (``<results_dir>/throughput``)."""
+    from bench.report_throughput import read_rows
 
-    frames = [pd.read_csv(p) for p in sorted(folder.glob("*.csv"))] if folder.is_dir() else []
-    if not frames:
+    rows = read_rows(folder)
+    if rows is None:
         return {}
-    rows = pd.concat(frames, ignore_index=True).sort_values("timestamp")
-    latest = rows.groupby(["task", "stage", "threads"]).tail(1)
+    latest = rows[rows["precision"] == "fp32"].groupby(["task", "stage", "threads"]).tail(1)
     return {(str(r.task), str(r.stage), int(r.threads)): float(r.steps_per_s) for r in latest.itertuples()}
 
 

@@ -3,6 +3,7 @@ every method's training stages, at the thread counts asked for, from the trainer
 
     .venv/bin/python scripts/train_throughput.py --task imagenet --threads 1,2
     .venv/bin/python scripts/train_throughput.py --task parity --methods act,dense --steps 100,400
+    .venv/bin/python scripts/train_throughput.py --task commonvoice --methods dense --precision fp32,bf16
 
 Each (task, method, threads) trains the method's plan twice in a fresh temporary cache, every stage (the
 dense base included, when the method starts from it) given N1 and then N2 steps (``--steps``).  A stage's
@@ -30,12 +31,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 DIR = "throughput"  # results/<DIR>: bench/report_throughput.py reads the rows there
-COLUMNS = ["run_id", "task", "dataset", "method", "stage", "threads", "batch", "steps_timed", "seconds", "steps_per_s",
+COLUMNS = ["run_id", "task", "dataset", "method", "stage", "threads", "precision", "batch", "steps_timed", "seconds", "steps_per_s",
            "samples_per_s", "load_before", "load_after", "cpus", "device_name", "git_sha", "git_dirty",
            "command", "timestamp"]
 
 
-def stage_times(task: str, method: str, threads: int, steps: int) -> tuple[str, dict[str, tuple[int, float, int]]]:
+def stage_times(task: str, method: str, threads: int, steps: int,
+                precision: str = "fp32") -> tuple[str, dict[str, tuple[int, float, int]]]:
     """Train ``method`` on ``task`` with every stage at ``steps`` steps in a temporary cache: the task's dataset
     and, per stage label, (steps, trainer seconds, batch size), the dense base as ``dense:base``."""
     import torch
@@ -45,7 +47,7 @@ def stage_times(task: str, method: str, threads: int, steps: int) -> tuple[str, 
     torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory(prefix="bench-throughput-") as cache:
         cfg = config.compose([f"method={method}", f"task={task}", f"cache_dir={cache}", f"threads={threads}",
-                              f"{task}.train_steps={steps}", "shipped=false"])
+                              f"{task}.train_steps={steps}", "shipped=false", f"precision={precision}"])
         config.check_config(cfg, method, task)
         run, task_impl, method_impl = runner.build(cfg, method, task)
         allocate = protocol.allocate
@@ -69,19 +71,19 @@ def stage_times(task: str, method: str, threads: int, steps: int) -> tuple[str, 
         return task_impl.dataset, out
 
 
-def measure(task: str, method: str, threads: int, n1: int, n2: int) -> list[dict]:
+def measure(task: str, method: str, threads: int, n1: int, n2: int, precision: str = "fp32") -> list[dict]:
     """One row per stage: its rate between the two trainings."""
     from bench import provenance
 
     load_before = os.getloadavg()[0]
-    (_, short), (dataset, long) = stage_times(task, method, threads, n1), stage_times(task, method, threads, n2)
+    (_, short), (dataset, long) = (stage_times(task, method, threads, n, precision) for n in (n1, n2))
     load_after = os.getloadavg()[0]
     rows = []
     for stage, (steps2, t2, batch) in long.items():
         steps1, t1, _ = short.get(stage, (0, 0.0, batch))
         rate = (steps2 - steps1) / (t2 - t1) if t2 > t1 else float("nan")
         rows.append({"task": task, "dataset": dataset, "method": method, "stage": stage, "threads": threads,
-                     "batch": batch,
+                     "precision": precision, "batch": batch,
                      "steps_timed": steps2 - steps1, "seconds": round(t2 - t1, 4), "steps_per_s": round(rate, 3),
                      "samples_per_s": round(rate * batch, 1), "load_before": load_before, "load_after": load_after,
                      "cpus": os.cpu_count() or 0, "device_name": provenance.device_name("cpu")})
@@ -103,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", default="", help="comma-separated methods (default: every one the task runs)")
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     parser.add_argument("--steps", default="50,250", help="N1,N2 steps per stage (default 50,250)")
+    parser.add_argument("--precision", default="fp32",
+                        help="comma-separated training precisions (fp32, bf16, fp16; default fp32): bf16 autocast "
+                             "pays on a CPU with bf16 instructions at sizes where the matrix products dominate")
     parser.add_argument("--results-dir", default="results")
     parser.add_argument("--reports-dir", default="reports")
     args = parser.parse_args(argv)
@@ -117,9 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.results_dir) / DIR
     for task in args.task:
         for method in (args.methods.split(",") if args.methods else methods_of(task)):
-            for threads in (int(t) for t in args.threads.split(",")):
-                rows = measure(task, method, threads, n1, n2)
-                run_id = f"{stamp}-{task}-{method}-t{threads}"
+            for threads, precision in ((int(t), p) for t in args.threads.split(",") for p in args.precision.split(",")):
+                rows = measure(task, method, threads, n1, n2, precision)
+                run_id = f"{stamp}-{task}-{method}-t{threads}" + ("" if precision == "fp32" else f"-{precision}")
                 frame = pd.DataFrame([{**r, "run_id": run_id, "git_sha": sha, "git_dirty": dirty,
                                        "command": "python scripts/train_throughput.py "
                                        + " ".join(argv or sys.argv[1:]),
@@ -127,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 out.mkdir(parents=True, exist_ok=True)
                 results.atomic_write_text(out / f"{run_id}.csv", frame.to_csv(index=False))
                 for r in rows:
-                    print(f"{task} {r['stage']} threads={threads}: {r['steps_per_s']:.1f} steps/s, "
+                    print(f"{task} {r['stage']} threads={threads} {precision}: {r['steps_per_s']:.1f} steps/s, "
                           f"{r['samples_per_s']:.0f} samples/s (load {r['load_before']:.2f} → {r['load_after']:.2f})",
                           flush=True)
     from bench import report_throughput

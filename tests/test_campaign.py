@@ -491,6 +491,10 @@ def test_stage_rates_fall_back_to_the_same_kind_then_to_none(tmp_path):
     assert estimate.stage_rate(rates, "imagenet", "acm:gates", 1) is None
     assert estimate.stage_rate(rates, "imagenet", "dense:base", 1) is None  # another thread count
     assert estimate.measured_rates(tmp_path / "none") == {}
+    pd.DataFrame([("imagenet", "dense:base", 2, 99.0, "2026-03-01", "bf16")],
+                 columns=["task", "stage", "threads", "steps_per_s", "timestamp", "precision"]).to_csv(
+        tmp_path / "b.csv", index=False)
+    assert estimate.measured_rates(tmp_path)[("imagenet", "dense:base", 2)] == 20.0  # the campaign trains in fp32
 
 
 def test_training_threads_are_the_fastest_measured_count_of_the_task():
