@@ -21,7 +21,7 @@ def read_rows(folder: Path):
     if not files:
         return None
     rows = pd.concat([pd.read_csv(f) for f in files], ignore_index=True).sort_values("timestamp")
-    return rows.assign(precision=rows.reindex(columns=["precision"])["precision"].fillna("fp32"))
+    return rows.assign(precision=rows.reindex(columns=["precision"])["precision"].astype(object).fillna("fp32"))
 
 
 def write(results_dir: Path, reports_dir: Path) -> list[str]:
