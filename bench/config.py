@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from bench import devices, registry
 from bench.errors import UserError, near_matches
-from bench.params import check_ranges, field_help, param
+from bench.params import allowed, check_ranges, field_help, param
 
 CONFIG_MODULE = "bench.conf"
 DEFAULT_METHOD, DEFAULT_TASK = "dense", "parity"  # the defaults list of bench/conf/config.yaml
@@ -33,8 +33,9 @@ class RunConfig:
 
     seed: int = param(0, min=0, help="random seed (data order, init, knob sampling)")
     device: str = param("cpu", help=f"where to train, evaluate and time: {devices.VALID}")
-    threads: int = param(1, min=1, help="torch CPU threads for training, evaluation and timing (rows "
-                                             "timed at different thread counts are never compared)")
+    threads: int = param(1, min=1, help="torch CPU threads for evaluation and timing, and for training unless "
+                                        "train_threads is set (rows timed at different thread counts are never "
+                                        "compared)")
     train_threads: int = param(0, min=0, help="torch CPU threads while a stage trains (0: threads); on a small "
                                               "machine one thread can train faster than two (scripts/train_throughput.py)")
     results_dir: str = param("results", help="root of the tidy result rows")
@@ -247,7 +248,8 @@ def print_scenario_keys(name: str, summary: str, schema: type) -> None:
     help (:func:`bench.params.field_help`)."""
     print(f"usage: python -m bench {name} [key=value ...]\n{summary}\n\nkeys:")
     for key, default, help_text in field_help(schema):
-        print(f"  {key}={default!r}  {help_text}")
+        accepts = allowed(schema, key)
+        print(f"  {key}={default!r}  {help_text}" + (f" [{accepts}]" if accepts else ""))
 
 
 def _as_list(override: str, lists: set[str]) -> str:

@@ -52,6 +52,17 @@ def check_ranges(prefix: str, schema: type, values: Mapping[str, Any]) -> str | 
     return None
 
 
+def allowed(schema: type, name: str) -> str:
+    """What field ``name`` of ``schema`` accepts, from its declared choices and range ("" when free)."""
+    meta = next(f.metadata for f in dataclasses.fields(schema) if f.name == name)
+    if meta.get("choices"):
+        return "one of " + ", ".join(map(str, meta["choices"]))
+    lo, hi = meta.get("min"), meta.get("max")
+    if lo is not None and hi is not None:
+        return f"in [{lo}, {hi}]"
+    return f">= {lo}" if lo is not None else f"<= {hi}" if hi is not None else ""
+
+
 def field_help(schema: type) -> list[tuple[str, Any, str]]:
     """(name, default, help) for every field, for ``bench ls``."""
     rows = []

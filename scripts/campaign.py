@@ -403,15 +403,14 @@ def _ready(item: tuple[int, int, Point], waiting: list[tuple[int, int, Point]], 
         job.seed == seed and job.point.task == point.task and starts_from_base(job.point) for job in running)
 
 
-def throughput_estimator():
-    """(seed, point) -> :class:`campaign_estimate.Estimate` at the thread count the task trains with, from the measured
-    training throughput (``results/throughput``) and, where a stage has none, the dense base's step time
-    measured once per task."""
+def throughput_estimator(threads: dict[str, int]):
+    """(seed, point) -> :class:`campaign_estimate.Estimate` at the thread count its task trains with
+    (``threads``), from the measured training throughput (``results/throughput``) and, where a stage has
+    none, the dense base's step time measured once per task."""
     import campaign_estimate
 
     rates, base_step_s = campaign_estimate.measured_rates(), campaign_estimate.live_base_step_s()
-    return lambda seed, point: campaign_estimate.estimate(
-        seed, point, campaign_estimate.fastest_threads(rates, point.task, usable_cpus()), rates, base_step_s)
+    return lambda seed, point: campaign_estimate.estimate(seed, point, threads[point.task], rates, base_step_s)
 
 
 def usable_cpus() -> int:
@@ -420,14 +419,15 @@ def usable_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def training_threads(task: str, asked: int | None) -> int:
-    """The ``train_threads`` of a one-at-a-time command of ``task``: ``asked``, or where it is None the count
-    the task's dense base trained fastest at (:func:`campaign_estimate.fastest_threads`)."""
+def training_threads(tasks: tuple[str, ...], asked: int | None) -> dict[str, int]:
+    """The ``train_threads`` of each task's one-at-a-time commands: ``asked``, or where it is None the count
+    the task's dense base trained fastest at here (:func:`campaign_estimate.fastest_threads`, read once)."""
     import campaign_estimate
 
     if asked is not None:
-        return asked
-    return campaign_estimate.fastest_threads(campaign_estimate.measured_rates(), task, usable_cpus())
+        return {task: asked for task in tasks}
+    rates = campaign_estimate.quiet_base_rates()
+    return {task: campaign_estimate.fastest_threads(rates, task, usable_cpus()) for task in tasks}
 
 
 def run_settings(threads: int, train_threads: int) -> tuple[str, ...]:
@@ -540,13 +540,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--jobs must be at least 1")
     if args.train_threads is not None and args.train_threads < 0:
         parser.error("--train-threads must be 0 (the timing threads) or more")
+    if args.train_threads is not None and args.jobs > 1:
+        parser.error("--train-threads is the one-at-a-time campaign's; with --jobs each command trains and times "
+                     "on its share of the CPUs")
     if args.fill and not args.until:
         parser.error("--fill needs --until (the stop time it fills up to)")
     seeds = tuple(int(s) for s in args.seeds.split(","))
     plan = matching(planned(seeds, tuple(t for t in TASK_ORDER if not args.task or t in args.task)), args.match)
     times = Path(args.times)
     if args.status:
-        print("\n".join(status(plan, read_times(times), row_train_times(), throughput_estimator())))
+        threads = training_threads(tuple({point.task for _, point in plan}), args.train_threads)
+        print("\n".join(status(plan, read_times(times), row_train_times(), throughput_estimator(threads))))
         return 0
     if args.list:
         print("\n".join(shlex.join(command(seed, point)) for seed, point in plan))
@@ -566,10 +570,11 @@ def main(argv: list[str] | None = None) -> int:
                          "time is always skipped")
         return run_parallel(plan, args.jobs, stop, times, {**trained, **expected}, ROOT / ".cache" / "campaign",
                             args.export_bases)
+    train_threads = training_threads(tuple({point.task for _, point in plan}), args.train_threads)
     failed = 0
     skipped_bases: set[tuple[str, int]] = set()  # --fill: (task, seed) whose base was left for later
     for i, (seed, point) in enumerate(plan, 1):
-        line = command(seed, point, run_settings(usable_cpus(), training_threads(point.task, args.train_threads)))
+        line = command(seed, point, run_settings(usable_cpus(), train_threads[point.task]))
         if has_rows(seed, point):
             print(f"[campaign] {i}/{len(plan)} has its rows: {shlex.join(line)}", flush=True)
             continue

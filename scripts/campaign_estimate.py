@@ -45,11 +45,33 @@ def stage_rate(rates: Rates, task: str, stage: str, threads: int) -> float | Non
     return min(near) if near else None
 
 
+MARGIN = 1.05  # fewer training threads than CPUs only where they train at least this much faster
+
+
+def quiet_base_rates(folder: Path = THROUGHPUT) -> Rates:
+    """The median fp32 steps per second of every task's dense base per thread count, over the rows timed
+    quietly (1-minute load at most the CPU count before and after): the base trains in every method's
+    throughput run, so there are many."""
+    from bench.report_throughput import read_rows
+
+    rows = read_rows(folder)
+    if rows is None:
+        return {}
+    quiet = rows[(rows["precision"] == "fp32") & (rows["stage"] == "dense:base")
+                 & (rows["load_before"] <= rows["cpus"]) & (rows["load_after"] <= rows["cpus"])]
+    medians = quiet.groupby(["task", "threads"])["steps_per_s"].median()
+    return {(str(task), "dense:base", int(threads)): float(v) for (task, threads), v in medians.items()}
+
+
 def fastest_threads(rates: Rates, task: str, usable: int) -> int:
-    """The thread count at which ``task``'s dense base trained fastest among those measured up to ``usable``
-    (``usable`` when fewer than two were measured: nothing says fewer threads pay)."""
+    """The thread count ``task``'s dense base trains on: the fastest measured one up to ``usable`` where it is
+    at least :data:`MARGIN` times faster than ``usable`` threads, else ``usable`` (also when ``usable`` was not
+    measured: nothing says fewer threads pay)."""
     measured = {th: v for (t, s, th), v in rates.items() if t == task and s == "dense:base" and th <= usable}
-    return max(measured, key=lambda th: (measured[th], th)) if len(measured) > 1 else usable
+    if usable not in measured:
+        return usable
+    best = max(measured, key=lambda th: (measured[th], th))
+    return best if measured[best] >= MARGIN * measured[usable] else usable
 
 
 @dataclass

@@ -16,7 +16,7 @@ from tasks.imagenet import ImageNetConfig  # noqa: E402  (the defaults the equal
 # the equal-budget dense control: a control, not a base, so the hour's limit does not apply to it
 EQUAL_BUDGET = ImageNetConfig.train_steps + ImageNetConfig.method_steps
 
-RUN = ["threads=2"]  # both cores for one training; rows record it
+RUN = ["threads=2"]  # both cores for evaluation and timing (the campaign sets the training's threads); rows record it
 
 
 @dataclass(frozen=True)
@@ -277,7 +277,8 @@ def point_id(point: Point) -> str:
 def row_point(command: str) -> tuple[str, str]:
     """A row's command (its argv joined by spaces, bench/cli.py) as (point id, seed argument): the point id
     quotes it as :func:`point_id` does, which list values like ``dat.thresholds=[…]`` need.  The thread
-    count is not part of a point (``--jobs`` runs one-thread commands of the same points): the plan's is put
-    in its place."""
+    counts are not part of a point (``--jobs`` runs one-thread commands of the same points, and a command may
+    train on fewer threads than it times with): the plan's ``threads`` is put in their place."""
     line, _, seed = command.rpartition(" ")
-    return shlex.join(RUN[0] if arg.startswith("threads=") else arg for arg in line.split(" ")), seed
+    args = [arg for arg in line.split(" ") if not arg.startswith("train_threads=")]
+    return shlex.join(RUN[0] if arg.startswith("threads=") else arg for arg in args), seed

@@ -42,7 +42,7 @@ def export(overrides: list[str], *, source: Path | None, command: str, git_sha: 
     if source is None and not ckpt.exists():
         raise UserError(f"no trained base at {ckpt}: train it first (python -m bench run method=dense "
                         f"{' '.join(overrides)}), or name the checkpoint with --from")
-    machine = f"{provenance.device_name('cpu')}, {os.cpu_count()} CPUs, threads={cfg.threads}"
+    machine = f"{provenance.device_name('cpu')}, {os.cpu_count()} CPUs"  # the command says how it trained
     default = " ".join(["python -m bench run method=dense", *overrides])
     return artifacts.export(ckpt, key, overrides=overrides, command=command or default, git_sha=git_sha or provenance.git_sha(),
                             machine=machine, root=root, source=source)

@@ -160,7 +160,7 @@ def test_campaign_stops_before_a_command_that_would_run_past_until(tmp_path, mon
     monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
     import campaign_estimate  # the module campaign.py reads the measured rates with
 
-    monkeypatch.setattr(campaign_estimate, "measured_rates", lambda: {
+    monkeypatch.setattr(campaign_estimate, "quiet_base_rates", lambda: {
         ("parity", "dense:base", 1): 30.0, ("parity", "dense:base", 2): 20.0})
     campaign.main([*args[:-1], str(fresh), "--match", "method=dense"])  # trains on one thread, times on two
     assert ran and all(line[-3:-1] == ["threads=2", "train_threads=1"] for line in ran)
@@ -196,7 +196,7 @@ def test_fill_skips_what_does_not_fit_and_what_starts_from_a_skipped_base(tmp_pa
     monkeypatch.setattr(campaign.subprocess, "run",
                         lambda line, cwd: ran.append(line) or type("Done", (), {"returncode": 0})())
     monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
-    monkeypatch.setattr(campaign, "training_threads", lambda task, asked: 1)
+    monkeypatch.setattr(campaign, "training_threads", lambda tasks, asked: {task: 1 for task in tasks})
     until = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)).strftime("%H:%M")
     assert campaign.main(["--until", until, "--fill", "--times", str(times)]) == 0
     # seed 1's method and timed static size load the skipped base; its untimed from-scratch point does not
@@ -497,17 +497,48 @@ def test_stage_rates_fall_back_to_the_same_kind_then_to_none(tmp_path):
     assert estimate.measured_rates(tmp_path)[("imagenet", "dense:base", 2)] == 20.0  # the campaign trains in fp32
 
 
+def test_a_row_made_with_other_thread_counts_maps_to_its_point():
+    campaign = _campaign()
+    seed, point = campaign.planned(seeds=(0,), tasks=("imagenet",))[1]
+    line = campaign.command(seed, point, ("threads=1", "train_threads=1"))
+    assert campaign.row_point(" ".join(line)) == (campaign.point_id(point), f"seed={seed}")
+
+
+def test_train_threads_is_refused_with_jobs(capsys):
+    campaign = _campaign()
+    with pytest.raises(SystemExit) as exit_:
+        campaign.main(["--jobs", "2", "--train-threads", "1", "--list"])
+    assert exit_.value.code == 2 and "--train-threads is the one-at-a-time campaign's" in capsys.readouterr().err
+
+
 def test_training_threads_are_the_fastest_measured_count_of_the_task():
     _campaign()
     estimate = load_script("campaign_estimate")
     rates = {("imagenet", "dense:base", 1): 20.0, ("imagenet", "dense:base", 2): 17.0,
              ("commonvoice", "dense:base", 1): 2.7, ("commonvoice", "dense:base", 2): 4.5,
-             ("iwslt", "dense:base", 1): 9.0, ("imagenet", "dense:base", 4): 30.0}
+             ("iwslt", "dense:base", 1): 9.0, ("imagenet", "dense:base", 4): 30.0,
+             ("parity", "dense:base", 1): 10.4, ("parity", "dense:base", 2): 10.0}
     assert estimate.fastest_threads(rates, "imagenet", 2) == 1  # one thread trains faster on 2 cores
     assert estimate.fastest_threads(rates, "imagenet", 4) == 4  # counts beyond the usable CPUs are left out
+    assert estimate.fastest_threads(rates, "imagenet", 3) == 3  # the usable count not measured: all of them
     assert estimate.fastest_threads(rates, "commonvoice", 2) == 2
     assert estimate.fastest_threads(rates, "iwslt", 2) == 2  # one count measured: all usable CPUs
-    assert estimate.fastest_threads(rates, "parity", 2) == 2  # none measured
+    assert estimate.fastest_threads(rates, "parity", 2) == 2  # 4% faster: within the margin
+    assert estimate.fastest_threads(rates, "dat", 2) == 2  # none measured
+
+
+def test_quiet_base_rates_are_medians_of_quiet_fp32_rows(tmp_path):
+    _campaign()
+    estimate = load_script("campaign_estimate")
+    import pandas as pd
+
+    columns = ["task", "stage", "threads", "steps_per_s", "timestamp", "load_before", "load_after", "cpus", "precision"]
+    rows = [("imagenet", "dense:base", 1, v, f"2026-01-0{i}", 1.0, 1.0, 2, "fp32") for i, v in enumerate((18, 20, 25), 1)]
+    rows += [("imagenet", "dense:base", 1, 99.0, "2026-01-05", 3.0, 1.0, 2, "fp32"),  # loaded: left out
+             ("imagenet", "dense:base", 2, 99.0, "2026-01-06", 1.0, 1.0, 2, "bf16"),  # not fp32
+             ("imagenet", "acm:gates", 1, 50.0, "2026-01-07", 1.0, 1.0, 2, "fp32")]  # not the base
+    pd.DataFrame(rows, columns=columns).to_csv(tmp_path / "a.csv", index=False)
+    assert estimate.quiet_base_rates(tmp_path) == {("imagenet", "dense:base", 1): 20.0}
 
 
 def test_estimate_times_the_stages_left_to_train(tmp_path, monkeypatch):

@@ -180,6 +180,19 @@ def test_report_takes_key_value_and_the_earlier_flags(monkeypatch, tmp_path, cap
     assert len(seen) == 2
 
 
+@pytest.mark.parametrize("verb, says", [("kernels", "variants=[]"), ("speed", "device='cpu'"),
+                                         ("report", "results_dir='results'")])
+def test_scenario_help_lists_every_key_with_what_it_accepts(capsys, verb, says):
+    from bench import cli
+
+    assert cli.main([verb, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: python -m bench {verb} [key=value ...]") and says in out
+    if verb == "kernels":
+        assert "acm_triton" in out.split("variants=[]")[1].splitlines()[0]  # the allowed paths, from the field
+        assert "rounds=3  interleaved measurement rounds [>= 1]" in out
+
+
 def test_one_error_family_and_bugs_keep_their_traceback(monkeypatch, tmp_path, capsys):
     """The config's and the registry's errors are UserErrors (one line, exit 2); any other exception out of
     a verb is a bug: it is not turned into a user error (``report`` used to swallow every ValueError)."""
