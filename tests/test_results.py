@@ -31,9 +31,12 @@ def test_roundtrip(tmp_path):
 
 
 def test_two_concurrent_writers_lose_nothing(tmp_path):
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(2) as pool:
+    pool = mp.get_context("spawn").Pool(2)
+    try:
         pool.map(_writer, [(tmp_path, 0, 40), (tmp_path, 1, 40)])
+    finally:
+        pool.close()  # the workers end on their own (terminate() needs SIGTERM to reach them)
+        pool.join()
     frame = results.load(tmp_path)
     assert len(frame) == 80
     assert not list(Path(tmp_path).rglob("*.tmp")), "temporary files left behind"
