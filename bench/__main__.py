@@ -8,4 +8,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from bench.cli import main  # noqa: E402
 
-sys.exit(main())
+try:
+    code = main()
+    sys.stdout.flush()
+except BrokenPipeError:  # the reader went away (`bench ls | head`): stop quietly, as other command-line tools do
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes at exit
+    code = 1
+sys.exit(code)

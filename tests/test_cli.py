@@ -1,5 +1,6 @@
 """CLI behaviour: bad input → one line, exit code 2, nothing written; light verbs do not import torch."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -124,6 +125,14 @@ def test_ls_lists_run_level_keys():
     head = result.stdout.split("tasks:")[0]
     for key in ("seed=", "threads=", "results_dir=", "cache_dir=", "plugins=", "force="):
         assert key in head, key
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    """`bench ls | head`: a pipe whose reader has gone (here one that never reads) ends the command quietly,
+    with no BrokenPipeError traceback."""
+    out = subprocess.run(["bash", "-c", f"{sys.executable} -m bench ls | true"], cwd=ROOT, capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert out.stderr == ""
 
 
 def test_help_ls_and_config_errors_do_not_import_torch():
