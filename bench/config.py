@@ -37,7 +37,8 @@ class RunConfig:
                                         "train_threads is set (rows timed at different thread counts are never "
                                         "compared)")
     train_threads: int = param(0, min=0, help="torch CPU threads while a stage trains (0: threads); on a small "
-                                              "machine one thread can train faster than two (scripts/train_throughput.py)")
+                                              "machine one thread can train faster than two "
+                                              "(scripts/train_throughput.py)")
     results_dir: str = param("results", help="root of the tidy result rows")
     cache_dir: str = param(".cache/bench", help="trained models and stage checkpoints")
     plugins: list = param([], help="modules that register extra methods/tasks")

@@ -94,8 +94,8 @@ class MethodSpec:
     # bench.recipes.Recipe, or None when the method declares none (``recipe=paper`` is then refused).
     paper_recipe: Callable[[tuple[str, ...], int], Any] = field(default=lambda capabilities, base_steps: None)
     # `bench kernels`: the module of the method's kernel benchmark ("" = none), with ``KernelsConfig`` (its
-    # keys' dataclass, fields declared with bench.params.param: their help and ranges), ``parse(argv)`` (key=value composed by Hydra:
-    # bench.config.compose_scenario), ``check(opts)`` (what composing cannot check; a UserError of one line)
+    # keys' dataclass, fields declared with bench.params.param: their help and ranges), ``parse(argv)``
+    # (key=value composed by Hydra: bench.config.compose_scenario), ``check(opts)`` (what composing cannot check; a UserError of one line)
     # and ``main(argv) -> int``; one method at most registers one.
     kernels: str = ""
     # `bench report`: "module:function" drawing the kernel benchmark's page from its rows, taking (results_dir,

@@ -39,15 +39,14 @@ FILE_MODE = 0o644  # mkstemp creates 0600; result files are meant to be read by 
 
 # Run-level keys that cannot change a row's quality, cost or samples: they never enter the config hash
 # (a point's identity).  timing_rounds / timing_min_run_s only make the timing more or less precise;
-# allow_cost_mismatch only labels a row whose numbers are the same either way; threads and train_threads change neither the
-# trained model (no cache key holds it) nor its quality, and a row records the thread count it was timed with
+# allow_cost_mismatch only labels a row whose numbers are the same either way; threads and train_threads
+# change neither the trained model (no cache key holds them) nor its quality, and a row records the thread count it was timed with
 # (timing_threads), which the report keeps apart.  Rows written before a key
 # was listed here keep the hash they were written with (their row id); :func:`identity_hash` recomputes
 # every row's identity from its stored ``<row_id>.config.yaml`` with the current list, so an old row and
 # a new row of the same point have the same identity although their stored hashes differ.
 NON_RESULT_KEYS = frozenset({"results_dir", "cache_dir", "force", "shipped", "plugins", "threads", "train_threads",
-                             "timing_min_run_s",
-                             "timing_rounds", "allow_cost_mismatch", "num_workers", "pin_memory", "log_every",
+                             "timing_min_run_s", "timing_rounds", "allow_cost_mismatch", "num_workers", "pin_memory", "log_every",
                              "save_every_s"})
 # Text columns that pandas would otherwise parse as numbers (a hex hash such as "852181e88326" is a float).
 TEXT_COLUMNS = ("config_hash", "run_id", "git_sha", "knob_value", "variant", "code_version")

@@ -231,7 +231,8 @@ def plan_line(method: Method, task: Task, cfg: Any) -> str:
             per_step = base_step_s(task, the_plan.batch_size, method.run.device)
         total = steps * per_step
         when = f"{total:.0f} s" if total < 90 else f"{total / 60:.0f} min"
-        where = f"on {threads} thread(s)" if torch.device(method.run.device).type == "cpu" else f"on {method.run.device}"
+        device = method.run.device
+        where = f"on {threads} thread(s)" if torch.device(device).type == "cpu" else f"on {device}"
         text += (f"; about {when} of training here ({per_step * 1e3:.0f} ms per base-model step {where}; a "
                  "method's steps may cost more)")
     return f"plan: {text}; then evaluation{' and timing' if cfg.timing else ''}"

@@ -5,8 +5,8 @@ inference (the gate's argmax, what result rows count) beside the fraction the tr
     .venv/bin/python scripts/acm_budget.py task=imagenet acm.alpha_b=1.0 acm.beta_target=0.2 recipe=paper
 
 The arguments are ``bench run`` overrides (``method`` is acm); the model is the cached one: a point whose
-stages are not all trained (or shipped) is refused in one line, train it with ``bench run`` first.  Prints one line: β and both fractions (cost-weighted,
-as L_b weighs them).  Nothing is written.
+stages are not all trained (or shipped) is refused in one line, train it with ``bench run`` first.  Prints
+one line: β and both fractions (cost-weighted, as L_b weighs them).  Nothing is written.
 """
 
 from __future__ import annotations

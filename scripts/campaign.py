@@ -548,9 +548,9 @@ def main(argv: list[str] | None = None) -> int:
     seeds = tuple(int(s) for s in args.seeds.split(","))
     plan = matching(planned(seeds, tuple(t for t in TASK_ORDER if not args.task or t in args.task)), args.match)
     times = Path(args.times)
+    train_threads = training_threads(tuple({point.task for _, point in plan}), args.train_threads)
     if args.status:
-        threads = training_threads(tuple({point.task for _, point in plan}), args.train_threads)
-        print("\n".join(status(plan, read_times(times), row_train_times(), throughput_estimator(threads))))
+        print("\n".join(status(plan, read_times(times), row_train_times(), throughput_estimator(train_threads))))
         return 0
     if args.list:
         print("\n".join(shlex.join(command(seed, point)) for seed, point in plan))
@@ -570,7 +570,6 @@ def main(argv: list[str] | None = None) -> int:
                          "time is always skipped")
         return run_parallel(plan, args.jobs, stop, times, {**trained, **expected}, ROOT / ".cache" / "campaign",
                             args.export_bases)
-    train_threads = training_threads(tuple({point.task for _, point in plan}), args.train_threads)
     failed = 0
     skipped_bases: set[tuple[str, int]] = set()  # --fill: (task, seed) whose base was left for later
     for i, (seed, point) in enumerate(plan, 1):

@@ -138,14 +138,13 @@ def live_base_step_s():
 
     def step_s(task: str, threads: int) -> float:
         if (task, threads) not in measured:
-            import torch
-
             from bench import config, runner
+            from bench.run import cpu_threads
 
-            torch.set_num_threads(threads)
             cfg = config.compose(["method=dense", f"task={task}", f"threads={threads}"])
             _, built, _ = runner.build(cfg, "dense", task)
-            measured[(task, threads)] = runner.base_step_s(built, int(built.base_budget()["batch_size"]), "cpu")
+            with cpu_threads(threads):  # measured as the command will train, the caller's count kept
+                measured[(task, threads)] = runner.base_step_s(built, int(built.base_budget()["batch_size"]), "cpu")
         return measured[(task, threads)]
 
     return step_s

@@ -31,8 +31,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 DIR = "throughput"  # results/<DIR>: bench/report_throughput.py reads the rows there
-COLUMNS = ["run_id", "task", "dataset", "method", "stage", "threads", "precision", "batch", "steps_timed", "seconds", "steps_per_s",
-           "samples_per_s", "load_before", "load_after", "cpus", "device_name", "git_sha", "git_dirty",
+COLUMNS = ["run_id", "task", "dataset", "method", "stage", "threads", "precision", "batch", "steps_timed", "seconds",
+           "steps_per_s", "samples_per_s", "load_before", "load_after", "cpus", "device_name", "git_sha", "git_dirty",
            "command", "timestamp"]
 
 
