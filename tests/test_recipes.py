@@ -81,3 +81,19 @@ def test_bench_ls_lists_each_methods_recipes(capsys):
     out = capsys.readouterr().out
     assert "recipes on imagenet: matched = the core's equal budget; paper = from the dense base, 0.333 x" in out
     assert "split distill 2, gates 1, e2e 97" in out and "paper = from scratch, 1.25 x the base's steps" in out
+
+
+def test_dat_paper_recipe_trains_the_aligned_model_as_the_baseline_and_clips_at_3(tmp_path):
+    """recipe=paper: DAT's aligned model starts from scratch at the base's learning rate and whole warm-up, and
+    both stages renormalise gradients above 3 (§4.1); matched fine-tunes at dat.lr with the task's policy."""
+    task, method, paper = _plan(tmp_path, "dat", "iwslt", "recipe=paper")
+    aligned, exit_stage = (p.stage for p in paper.stages)
+    base = protocol.base_policy(task)
+    assert aligned.lr == float(task.base_budget()["lr"]) and aligned.policy.warmup_cap is None
+    assert aligned.policy.warmup == base.warmup
+    assert aligned.policy.grad_clip == exit_stage.policy.grad_clip == 3.0
+    assert exit_stage.lr == float(method.cfg.lr)
+    _, matched_method, matched = _plan(tmp_path, "dat", "iwslt")
+    for planned in matched.stages:
+        assert planned.stage.lr == float(matched_method.cfg.lr)
+        assert planned.stage.policy == protocol.short_stage_policy(task)

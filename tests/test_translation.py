@@ -172,7 +172,7 @@ def _reference_dat_logp(model: DATModel, src_row: torch.Tensor, tokens: list[int
     for t in range(len(tokens)):
         decision = n_blocks
         for n in range(n_blocks - 1):
-            chi = torch.sigmoid(model.halt[n](model.exit_norms[n](_state_at(model, src_row, tokens, exits, t, n))))
+            chi = torch.sigmoid(model.halt[0](model.exit_norms[n](_state_at(model, src_row, tokens, exits, t, n))))
             if float(chi) > model.thresholds[n]:
                 decision = n + 1
                 break
@@ -210,15 +210,15 @@ def test_dat_copied_states_match_per_token_reference_loop():
 
     model.step = spy
     with torch.no_grad():
-        out = _as_lists(model.generate(src, beam=1))
-        trace = model.last_trace
+        out = model.generate(src, beam=1)
+        trace, lengths = model.last_trace, model.last_out_len  # lengths count the EOS
     depths = set()
     for b in range(len(src)):
         row = src[b][src[b].ne(S.PAD)]
-        n_tok = len(out[b]) + 1
+        n_tok = int(lengths[b])  # an untrained model may emit PAD mid-sentence: cut by length, not by PAD
         exits = [int(e) for e in trace[b, :n_tok]]
         depths.update(exits)
-        tokens = [S.BOS] + out[b]
+        tokens = [S.BOS] + out[b, : n_tok - 1].tolist()
         with torch.no_grad():
             ref, chosen = _reference_dat_logp(model, row, tokens, exits)
         assert chosen == exits
@@ -243,6 +243,23 @@ def test_dat_decision_log_cost_matches_counter(halting):
         assert report.uncounted == []
         assert float(logged.sum()) == pytest.approx(report.macs, rel=1e-9)
         assert float(model.last_sample_macs.sum()) == pytest.approx(report.macs, rel=1e-9)
+
+
+def test_dat_geometric_halting_is_one_unit_shared_by_every_block():
+    """§4.1: the geometric-like exit classifier is a single linear layer d → 1, read after every block below N."""
+    from methods.dat.model import DATModel
+
+    model = DATModel(_model(dec_layers=3).float(), "geometric")
+    assert len(model.halt) == 1 and model.halt[0].out_features == 1
+    torch.manual_seed(0)
+    for p in model.halt.parameters():
+        torch.nn.init.normal_(p)
+    states = [torch.randn(2, 3, model.cfg.d_dec) for _ in range(model.n_blocks)]
+    log_q = model.halting_log_q(states, torch.zeros(2, 4, model.cfg.d_model), torch.ones(2, 4, dtype=torch.bool))
+    chi = [torch.sigmoid(model.halt[0](model.exit_norms[n](states[n]))[..., 0]) for n in range(model.n_blocks - 1)]
+    assert torch.allclose(log_q[..., 0].exp(), chi[0], atol=1e-6)
+    assert torch.allclose(log_q[..., 1].exp(), (1 - chi[0]) * chi[1], atol=1e-6)
+    assert torch.allclose(log_q.exp().sum(-1), torch.ones(2, 3), atol=1e-5)
 
 
 def test_dat_lazy_source_kv_and_fixed_exit_one():

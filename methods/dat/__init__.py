@@ -23,7 +23,9 @@ class DATConfig:
     aligned_fraction: float = param(0.5, min=0.0, max=1.0,
                                     help="share of the budget trained aligned with α = 0 (paper: 50k updates "
                                          "first); the rest trains with the exit loss")
-    lr: float = param(1e-3, min=0.0, help="peak learning rate of both stages (cosine; task warm-up capped at 10%)")
+    lr: float = param(1e-3, min=0.0, help="peak learning rate of both stages (cosine; task warm-up capped at 10%); "
+                                          "recipe=paper: the exit stage only (the aligned model trains from "
+                                          "scratch at the base's rate)")
     exit_budgets: list = param([1.5, 2.0, 3.0, 4.0], min=1.0,
                                help="eval-time knob (geometric/confidence): per value a, the per-block thresholds "
                                     "τ_1..τ_{N-1} of best validation BLEU among the tuned candidates whose "

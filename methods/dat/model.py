@@ -6,8 +6,9 @@ Classifiers: C_n = LayerNorm_n → Linear_n (d → V).  C_N is the dense model's
 (IWSLT setting); with a tied dense head (WMT) they all share the token embedding.
 
 Halting (``halting``):
-  geometric    χ_n = σ(w_n·LN_n(h_n) + b_n) after blocks n < N (``halt[n]``: d → 1); exit at the first n
-               with χ_n > τ_n, else N.  Training distribution q(n) = χ_n Π_{m<n}(1 − χ_m), q(N) = Π(1 − χ_m).
+  geometric    χ_n = σ(w·LN_n(h_n) + b) after blocks n < N, one unit shared by every block (``halt[0]``:
+               d → 1; §4.1: "a single linear layer … the output dimension is … one for geometric-like");
+               exit at the first n with χ_n > τ_n, else N.  Training distribution q(n) = χ_n Π_{m<n}(1 − χ_m), q(N) = Π(1 − χ_m).
   multinomial  one d → N softmax on LN_1(h_1) after block 1 (``halt[0]``) picks the exit of the token.
   sequence     one d → N softmax on the mean (over source tokens) of the encoder output picks the exit of
                every token of the sentence (``halt[0]``).
@@ -67,7 +68,7 @@ class DATModel(EncoderDecoder):
             for head in self.exit_heads:
                 head.weight = self.decoder.embed.tok.weight
         if halting == "geometric":
-            self.halt = nn.ModuleList(nn.Linear(d, 1) for _ in range(n - 1))
+            self.halt = nn.ModuleList([nn.Linear(d, 1)])  # one unit, read after every block below N
         elif halting == "multinomial":
             self.halt = nn.ModuleList([nn.Linear(d, n)])
         elif halting == "sequence":  # reads the mean encoder output
@@ -124,7 +125,7 @@ class DATModel(EncoderDecoder):
     def halting_log_q(self, states: list[Tensor], memory: Tensor, mem_mask: Tensor) -> Tensor:
         """log q(n) [B, T, N] of the halting unit (sequence: [B, 1, N])."""
         if self.halting == "geometric":
-            chi = [torch.sigmoid(self.halt[n](self.exit_norms[n](states[n])).squeeze(-1))
+            chi = [torch.sigmoid(self.halt[0](self.exit_norms[n](states[n])).squeeze(-1))
                    for n in range(self.n_blocks - 1)]
             log_q, log_cont = [], torch.zeros_like(states[0][..., 0])
             for c in chi:
@@ -174,7 +175,7 @@ class DATModel(EncoderDecoder):
         if self.fixed_exit is not None:
             return torch.full((len(rows),), n + 1 == self.fixed_exit, dtype=torch.bool, device=h.device), None
         if self.halting == "geometric":
-            chi = torch.sigmoid(self.halt[n](self.exit_norms[n](h)).squeeze(-1))
+            chi = torch.sigmoid(self.halt[0](self.exit_norms[n](h)).squeeze(-1))
             return chi > self.thresholds[n], None
         if self.halting == "confidence":
             logits = self.logits(n, h)
