@@ -2,7 +2,7 @@
 
 A claim names the task (and, optionally, the dataset) whose rows test it, and one or more checks; each
 check compares *points* (seed means per knob value) chosen by :class:`Select`.  The core evaluates the
-checks with bootstrap confidence intervals (``bench/report_claims.py``) into ``reports/claims.md`` with a
+checks with bootstrap confidence intervals (``bench/report/claims.py``) into ``reports/claims.md`` with a
 verdict: holds, does not hold, or inconclusive at 95%.  This module only declares; it imports nothing heavy,
 so a method's ``claims.py`` can be imported by ``bench ls`` or a test without torch.
 
@@ -123,7 +123,7 @@ class Claim:
 @dataclass(frozen=True)
 class BaseTarget:
     """What a task's offline default dense base model must reach, judged by ``bench report`` on the learning
-    curve under ``results/curves`` (bench/report_curves.py): declared as ``BASE_TARGET`` in the task's
+    curve under ``results/curves`` (bench/report/curves.py): declared as ``BASE_TARGET`` in the task's
     ``claims`` module.  ``quality``: a threshold in the metric's direction at the default budget (WER ≤ 0.30,
     BLEU ≥ 10); ``doubling_gain``: doubling the default steps must gain less than this (metric units, the
     metric's direction applied); ``minutes``: the longest the default base may train (wall clock);

@@ -26,7 +26,7 @@ Rates = dict[tuple[str, str, int], float]  # (task, "<method>:<stage>", threads)
 def measured_rates(folder: Path = THROUGHPUT) -> Rates:
     """The latest measured fp32 steps per second (the campaign trains in fp32) of every (task, stage, threads)
     in the rows of ``folder`` (``<results_dir>/throughput``)."""
-    from bench.report_throughput import read_rows
+    from bench.report.throughput import read_rows
 
     rows = read_rows(folder)
     if rows is None:
@@ -52,7 +52,7 @@ def quiet_base_rates(folder: Path = THROUGHPUT) -> Rates:
     """The median fp32 steps per second of every task's dense base per thread count, over the rows timed
     quietly (1-minute load at most the CPU count before and after): the base trains in every method's
     throughput run, so there are many."""
-    from bench.report_throughput import read_rows
+    from bench.report.throughput import read_rows
 
     rows = read_rows(folder)
     if rows is None:

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-DIR = "throughput"  # results/<DIR>: bench/report_throughput.py reads the rows there
+DIR = "throughput"  # results/<DIR>: bench/report/throughput.py reads the rows there
 COLUMNS = ["run_id", "task", "dataset", "method", "stage", "threads", "precision", "batch", "steps_timed", "seconds",
            "steps_per_s", "samples_per_s", "load_before", "load_after", "cpus", "device_name", "git_sha", "git_dirty",
            "command", "timestamp"]
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{task} {r['stage']} threads={threads} {precision}: {r['steps_per_s']:.1f} steps/s, "
                           f"{r['samples_per_s']:.0f} samples/s (load {r['load_before']:.2f} → {r['load_after']:.2f})",
                           flush=True)
-    from bench import report_throughput
+    from bench.report import throughput as report_throughput
 
     print(*report_throughput.write(Path(args.results_dir), Path(args.reports_dir)), sep="\n")
     return 0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parent.parent
-REPORT_MODULES = ("bench.report", "bench.report_plots")
+REPORT_MODULES = ("bench.report", "bench.report.plots")
 
 
 def files(package: str) -> list[Path]:

@@ -231,7 +231,7 @@ def test_latest_rows_keeps_latest_timestamp():
 
 
 def test_curve_labels_keep_only_differing_variant_parts():
-    from bench.report_views import _distinct_parts
+    from bench.report.views import _distinct_parts
 
     short = _distinct_parts(["N=4;alpha=0.1;T=0.8", "N=4;alpha=1;T=0.8"])
     assert short == {"N=4;alpha=0.1;T=0.8": "alpha=0.1", "N=4;alpha=1;T=0.8": "alpha=1"}
@@ -243,7 +243,7 @@ def test_curve_labels_name_the_recipe_once():
     as a differing variant part; another differing part still shows."""
     import pandas as pd
 
-    from bench.report_views import _curve_labels
+    from bench.report.views import _curve_labels
 
     rows = pd.DataFrame({"method": ["acm", "acm", "acm", "dense"], "setting": ["", "", "", ""],
                          "variant": ["alpha=1;recipe=", "alpha=1;recipe=paper", "alpha=0.1;recipe=paper", ""],
@@ -323,7 +323,7 @@ def test_variants_of_one_method_look_different_in_the_figure_and_its_legend(tmp_
     look in the latency figure."""
     import dataclasses
 
-    from bench import report_plots
+    from bench.report import plots as report_plots
 
     rows = [_row("dense", "static", 1.0, 1.0, 0.90), _row("dense", "static", 0.5, 0.5, 0.80)]
     for v in range(5):
@@ -409,7 +409,7 @@ def test_the_figures_percent_axis_names_its_base_when_the_seeds_bases_differ():
     differ, and stays plain when they are one cost."""
     import dataclasses
 
-    from bench import report_plots
+    from bench.report import plots as report_plots
 
     def view(base_costs):
         rows = [dataclasses.replace(_row("dense", "static", "1.0", 1.0, 0.9, seed=seed), macs_mean=base, macs_dense=base)

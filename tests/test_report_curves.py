@@ -1,4 +1,4 @@
-"""The dense learning-curve page (bench/report_curves.py, with report_curve_data.py and report_curve_stats.py):
+"""The dense learning-curve page (bench/report/curves.py, with report_curve_data.py and report_curve_stats.py):
 points, doubling gains and target verdicts from rows under results/curves, with the task's declared BASE_TARGET."""
 
 from __future__ import annotations
@@ -11,7 +11,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from bench import report_curve_data as curve_data, report_curve_stats as curve_stats, report_curves, results
+from bench import results
+from bench.report import curve_data as curve_data
+from bench.report import curve_stats as curve_stats
+from bench.report import curves as report_curves
 from tasks.imagenet import ImageNetConfig
 
 N = 4000

@@ -1,4 +1,4 @@
-"""The method-budget curves on the curves page (bench/report_method_budget.py): a method's quality against
+"""The method-budget curves on the curves page (bench/report/method_budget.py): a method's quality against
 ``<task>.method_steps``, with the leaderboard's row as the default budget's point, Δ against the dense base
 and each doubling's gain judged against the task's doubling yardstick."""
 
@@ -12,7 +12,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from bench import report_curve_stats as curve_stats, report_curves, report_method_budget as mb, results
+from bench import results
+from bench.report import curve_stats as curve_stats
+from bench.report import curves as report_curves
+from bench.report import method_budget as mb
 from tasks.imagenet import ImageNetConfig
 
 N = 4000

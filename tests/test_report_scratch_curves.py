@@ -1,4 +1,4 @@
-"""The curves of methods trained from scratch (bench/report_scratch_curves.py): recipe=paper rows of a
+"""The curves of methods trained from scratch (bench/report/scratch_curves.py): recipe=paper rows of a
 from-scratch method, one curve per setting, the step counts as points."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from bench import report_scratch_curves, results
+from bench import results
+from bench.report import scratch_curves as report_scratch_curves
 from methods.act import ActConfig
 from tasks.parity import ParityConfig
 

@@ -1,4 +1,4 @@
-"""The leaderboard's "Against the static models" tables (bench.report_static)."""
+"""The leaderboard's "Against the static models" tables (bench.report.static)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from bench import report, report_static, results
+from bench import report, results
+from bench.report import static as report_static
 from tests.test_report import _row
 from tests.test_stats_claims import _views, _write, _write_wer
 
@@ -126,7 +127,7 @@ def test_a_seed_is_compared_at_its_own_rows_cost(tmp_path):
 def test_a_claims_section_shows_its_methods_against_the_static_models(tmp_path):
     """A claim between two methods can hold while both lose to a static model of equal cost: the claims page
     gives, beside the claim, the static comparison's summary of the methods the claim compares."""
-    from bench import report_claims
+    from bench.report import claims as report_claims
     from bench.claims import Beats, Claim, Select
     from tests.test_stats_claims import DATASET
 

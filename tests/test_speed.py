@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from bench import cli, cost, report_speed, speed
+from bench import cli, cost, speed
+from bench.report import speed as report_speed
 
 FORCED = ["acm", "moefication", "avit", "early_exit", "cct", "adatape", "act"]
 # the tiny timings test mechanics, not speed: they run on a machine the suite itself loads (no quiet wait)
@@ -285,7 +286,7 @@ def test_speed_waits_for_a_quiet_machine_then_refuses_in_one_line():
 def test_the_speed_page_headline_holds_no_loaded_dirty_or_uncounted_rows(tmp_path):
     import pandas as pd
 
-    from bench import report_speed
+    from bench.report import speed as report_speed
 
     base = {"device": "cpu", "git_dirty": False, "cpus": 2, "loadavg_1m": "0.50;0.70", "load_before": 0.4,
             "load_after": 0.6}

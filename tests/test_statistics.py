@@ -11,7 +11,9 @@ import pandas as pd
 import pytest
 import torch
 
-from bench import report, report_claims, report_verdicts, results, stats
+from bench import report, results, stats
+from bench.report import claims as report_claims
+from bench.report import verdicts as report_verdicts
 from bench.claims import Beats, Claim, Reaches, Select
 from tests.test_report import DATASET, _row
 from tests.test_stats_claims import _views, _write

@@ -12,7 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import report, report_checks, report_claims, results, stats
+from bench import report, results, stats
+from bench.report import checks as report_checks
+from bench.report import claims as report_claims
 from bench.report import md_escape
 from bench.claims import Beats, Claim, Reaches, Select
 from tests.test_report import DATASET, _row
@@ -314,7 +316,7 @@ def test_a_point_that_outputs_one_class_everywhere_says_so(tmp_path):
 
 
 def test_the_pareto_figure_rings_uncertain_front_points_apart(tmp_path):
-    from bench import report_plots
+    from bench.report import plots as report_plots
 
     _write(tmp_path, "dense", "1.0", 1.0, 0.90, 0, kind="static")
     _write(tmp_path, "m", "a", 0.3, 0.60, 0)
@@ -394,7 +396,7 @@ def test_rows_on_different_test_sets_are_compared_without_a_ci(tmp_path):
 
 
 def test_a_claim_without_rows_is_not_tested():
-    from bench.report_verdicts import FAILS, HOLDS, UNSURE, UNTESTED, combine
+    from bench.report.verdicts import FAILS, HOLDS, UNSURE, UNTESTED, combine
 
     assert combine([]) == UNTESTED and combine([UNTESTED, UNTESTED], "any") == UNTESTED
     assert combine([HOLDS, UNTESTED]) == UNTESTED and combine([FAILS, UNTESTED]) == FAILS

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import results
-from bench.report_plots import save_figure
+from bench.report.plots import save_figure
 from bench.stats import mean_interval, proportion_interval
 
 

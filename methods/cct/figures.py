@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import results
-from bench.report_plots import save_figure
+from bench.report.plots import save_figure
 
 COLUMN = re.compile(r"use_([led])(\d+)_(\w+)")
 STACK = {"l": "layer", "e": "enc", "d": "dec"}

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import results
-from bench.report_plots import save_figure
+from bench.report.plots import save_figure
 from bench.stats import proportion_interval
 
 

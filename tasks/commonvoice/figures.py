@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.figures import save_figure
-from bench.report_plots import method_color
+from bench.report.plots import method_color
 
 
 def _cer(extra: str) -> float:

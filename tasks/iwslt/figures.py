@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from bench import results
-from bench.report_plots import save_figure
+from bench.report.plots import save_figure
 
 
 def _config(results_dir: Path, row) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench import results
-from bench.report_page import markdown_table
+from bench.report.page import markdown_table
 from methods.acm.kernels.bench_rows import fit_rows, load_kernel_rows, plot_kernel_rows
 
 

@@ -6,7 +6,7 @@ knob kind is "static" and that have no variant (the dense base and its other wid
 with the task's defaults; a dense run with another budget or learning rate is a variant and is left out).
 Their hull (Pareto points joined by straight lines, as everywhere in the report; a point on a segment is
 reached by running its two end models on shares of the inputs) is read at each method point's cost and
-compared with the point under the claims' rules (:func:`bench.report_checks.beats`, margin 0): paired
+compared with the point under the claims' rules (:func:`bench.report.checks.beats`, margin 0): paired
 bootstrap over test examples, and a verdict that any seed contradicts, or that a seed cannot be checked
 on, is inconclusive.  The hull is never extrapolated, so a point cheaper than the smallest static model
 or costlier than the largest is not compared; the tables count those.
@@ -21,10 +21,10 @@ from pathlib import Path
 import pandas as pd
 
 from bench.claims import Beats, Select
-from bench.report_checks import beats, select_points
-from bench.report_page import NA, markdown_table, md_escape
-from bench.report_verdicts import FAILS, HOLDS, CheckResult, Item, ci_text
-from bench.report_views import TaskView
+from bench.report.checks import beats, select_points
+from bench.report.page import NA, markdown_table, md_escape
+from bench.report.verdicts import FAILS, HOLDS, CheckResult, Item, ci_text
+from bench.report.views import TaskView
 
 STATIC = "static"
 STATIC_MODELS = Select(method="", kind=STATIC, variant_is="", label="static models")

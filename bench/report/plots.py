@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.figures import save_figure  # noqa: F401  (re-exported: figure modules used it from here)
-from bench.report_frontier import pareto_mask, upper_hull
-from bench.report_tables import FRONT_SURE, macs_unit
-from bench.report_views import TaskView, knob_label
+from bench.report.frontier import pareto_mask, upper_hull
+from bench.report.tables import FRONT_SURE, macs_unit
+from bench.report.views import TaskView, knob_label
 
 METHOD_COLORS = {
     "dense": "#444444", "acm": "#1f77b4", "moefication": "#ff7f0e", "act": "#2ca02c", "avit": "#d62728",

@@ -1,9 +1,9 @@
 """The per-section views of the rows: :func:`latest_rows` (drop superseded re-runs) and :func:`task_views`
 (one :class:`TaskView` per (task, dataset), with seed-averaged points per method and knob value), the rows
 timed alike (:func:`timing_view`), and the bootstrap uncertainty of the points (:func:`attach_uncertainty`,
-:func:`front_share`).  The frontier math is ``bench/report_frontier.py``, the tables ``bench/report_tables.py``,
-the page writer ``bench/report_page.py`` and the figures ``bench/report_plots.py`` (matplotlib is imported
-only there, lazily); every page module (``bench/report_*.py``) builds on them and ``bench/report.py`` runs
+:func:`front_share`).  The frontier math is ``bench/report/frontier.py``, the tables ``bench/report/tables.py``,
+the page writer ``bench/report/page.py`` and the figures ``bench/report/plots.py`` (matplotlib is imported
+only there, lazily); every page module (``bench/report/*.py``) builds on them and ``bench/report/__init__.py`` runs
 them all.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import results, stats
-from bench.report_frontier import common_range, goodness
+from bench.report.frontier import common_range, goodness
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The numbers on the learning curves (:class:`bench.report_curve_data.Curve`): the gain from more steps
+"""The numbers on the learning curves (:class:`bench.report.curve_data.Curve`): the gain from more steps
 (:func:`step_gains`, :func:`doublings`: Δ with its paired 95% CI and each seed's own gain), every other
 setting against the default configuration at the same steps (:func:`compare_settings`), and the verdicts
 against a task's :class:`bench.claims.BaseTarget` by the claims' rule (:func:`quality_verdict`, the
@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from bench import stats
-from bench.report_curve_data import Curve, Point, config_defaults
-from bench.report_verdicts import FAILS, HOLDS, seed_check, verdict
+from bench.report.curve_data import Curve, Point, config_defaults
+from bench.report.verdicts import FAILS, HOLDS, seed_check, verdict
 
 MET, MISSED, UNSURE = "met", "missed", "inconclusive"
 AS_TARGET = {HOLDS: MET, FAILS: MISSED}  # the claims' verdicts, read as a target's

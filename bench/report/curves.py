@@ -23,7 +23,7 @@ separate curves):
 * the task's declared :class:`bench.claims.BaseTarget` (``BASE_TARGET`` in ``tasks/<name>/claims.py``):
   a quality threshold (e.g. WER ≤ 0.30) and/or a doubling gain below which the base counts as trained
   to saturation, and the training time allowed.  Verdicts use the claims' rule
-  (``bench.report_verdicts``): **met** when the whole 95% CI is on the target's side, **missed** when it is
+  (``bench.report.verdicts``): **met** when the whole 95% CI is on the target's side, **missed** when it is
   wholly on the other side, **inconclusive** otherwise.  The training time is the rows' ``train_time_s``:
   the wall clock recorded in the base model's checkpoint by the run that trained it; a point trained more
   than once (other seeds, or the same seed again in another session) is judged on its longest training,
@@ -44,8 +44,8 @@ key at the task's default but ``train_steps``) is judged against the target.  Th
 task's ``train_steps`` default in its config dataclass) is marked on each curve.  A key added to the task
 after a row was made is read as its default (options are added with the earlier behaviour as default).
 
-The rows are read into curves by ``bench/report_curve_data.py`` and the gains, comparisons and verdicts
-computed by ``bench/report_curve_stats.py``; this module draws the figures and writes the page.
+The rows are read into curves by ``bench/report/curve_data.py`` and the gains, comparisons and verdicts
+computed by ``bench/report/curve_stats.py``; this module draws the figures and writes the page.
 """
 
 from __future__ import annotations
@@ -55,14 +55,15 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import metrics, report_scratch_curves, results, stats
+from bench import metrics, results, stats
+from bench.report import scratch_curves as report_scratch_curves
 from bench.figures import save_figure
-from bench.report_curve_data import (CURVES_DIR, DEFAULT_SETTING, Curve, Point, Training, base_target, load_curves,
+from bench.report.curve_data import (CURVES_DIR, DEFAULT_SETTING, Curve, Point, Training, base_target, load_curves,
                                      points)
-from bench.report_curve_stats import (AS_TARGET, MET, MISSED, UNSURE, Comparison, Doubling, compare_settings,
+from bench.report.curve_stats import (AS_TARGET, MET, MISSED, UNSURE, Comparison, Doubling, compare_settings,
                                       control_steps, quality_verdict, step_gain, step_gains)
-from bench.report_page import markdown_table, md_escape, write_page
-from bench.report_verdicts import seed_check, verdict
+from bench.report.page import markdown_table, md_escape, write_page
+from bench.report.verdicts import seed_check, verdict
 
 
 def quality_text(value: float, metric: str) -> str:
@@ -289,8 +290,8 @@ def _settings_lines(comparisons: list[Comparison]) -> list[str]:
 def write(results_dir: Path | str, reports_dir: Path | str,
           budget: tuple[list[str], list[str]] | None = None) -> list[str]:
     """Write reports/curves.{md,html} and one figure per curve; ``budget``: the method-budget curves' section
-    and its figures (``bench.report_method_budget.section``), placed after the dense curves, then the
-    curves of methods trained from scratch (:mod:`bench.report_scratch_curves`).  [] when there is nothing."""
+    and its figures (``bench.report.method_budget.section``), placed after the dense curves, then the
+    curves of methods trained from scratch (:mod:`bench.report.scratch_curves`).  [] when there is nothing."""
     curves = load_curves(results_dir)
     budget_lines, budget_figures = budget or ([], [])
     scratch_lines = report_scratch_curves.section(results_dir)

@@ -2,7 +2,7 @@
 default dense bases of today's protocol, grouped into one :class:`Curve` per (task, dataset, setting)
 (:func:`load_curves`), each step count's seed mean with its 95% CI (:func:`points`), the task's
 configuration defaults and its declared :class:`bench.claims.BaseTarget` (:func:`base_target`).  What the
-curves page makes of them: ``bench/report_curves.py`` (the rules in its docstring).
+curves page makes of them: ``bench/report/curves.py`` (the rules in its docstring).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import NamedTuple
 import pandas as pd
 
 from bench import registry, results, stats
-from bench.report_claims import claims_path
-from bench.report_views import latest_rows, protocol_versions
+from bench.report.claims import claims_path
+from bench.report.views import latest_rows, protocol_versions
 
 CURVES_DIR = "curves"
 
@@ -135,7 +135,7 @@ def _dense_rows(results_dir: Path | str) -> pd.DataFrame | None:
     curve_rows = results.load(Path(results_dir) / CURVES_DIR).assign(leaderboard=False)
     if curve_rows.empty:
         return None
-    # a method's rows under curves are method-budget curves (bench/report_method_budget.py), not these
+    # a method's rows under curves are method-budget curves (bench/report/method_budget.py), not these
     curve_rows = curve_rows[curve_rows["method"] == "dense"]
     if curve_rows.empty:
         return None

@@ -209,7 +209,7 @@ def hull_draws(cost, quality, quality_draws: np.ndarray, budget: float,
     resample is read on that same line: the CI is that of the value printed (a point that is a vertex gets
     exactly its own CI), not of a maximum re-chosen in every resample, whose percentile interval sits above
     the estimate when points are close.  Which points are on the front, and how surely, is
-    :func:`bench.report_views.front_share`'s question.  Returns [B]; NaN where the budget lies outside the
+    :func:`bench.report.views.front_share`'s question.  Returns [B]; NaN where the budget lies outside the
     points' cost range."""
     draws = np.asarray(quality_draws, dtype=float)
     weights = hull_weights(cost, quality, budget, higher_is_better, chosen_by)

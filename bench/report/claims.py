@@ -2,7 +2,7 @@
 ``reports/claims.md`` (and ``claims.html``), with its numbers, 95% CIs and a verdict.
 
 The rules are :data:`RULES` (printed at the top of claims.md).  A claim's checks are evaluated by
-``bench/report_checks.py`` into the records and verdicts of ``bench/report_verdicts.py``; this module finds
+``bench/report/checks.py`` into the records and verdicts of ``bench/report/verdicts.py``; this module finds
 the claims and their sections, corrects the page's checks for multiple comparisons (:func:`adjust`) and
 writes the page.
 """
@@ -16,11 +16,11 @@ from typing import Callable
 
 from bench import registry, stats
 from bench.claims import HARNESS, Beats, Claim, Increases, Reaches
-from bench.report_checks import beats, claim_selects, increases, reaches, rows_recipe, select_points
-from bench.report_page import NA, markdown_table, md_escape, write_page
-from bench.report_status import cell
-from bench.report_verdicts import FAILS, HOLDS, UNSURE, UNTESTED, CheckResult, Item, Test, ci_text, combine
-from bench.report_views import TaskView
+from bench.report.checks import beats, claim_selects, increases, reaches, rows_recipe, select_points
+from bench.report.page import NA, markdown_table, md_escape, write_page
+from bench.report.status import cell
+from bench.report.verdicts import FAILS, HOLDS, UNSURE, UNTESTED, CheckResult, Item, Test, ci_text, combine
+from bench.report.views import TaskView
 
 SACREBLEU_COLUMN = "sacreBLEU paired bootstrap (p of Δ = 0)"  # a test of no difference, whatever the margin
 RULES = [
@@ -186,7 +186,7 @@ def adjust(claim_results: list[ClaimResult]) -> int:
 
 def evidence_text(view: TaskView, points) -> str:
     """The rows of the points a claim's checks selected, per protocol version: the points counted by the
-    seeds they have (:func:`bench.report_status.cell`), e.g. "12 points · seeds 0, 1, 2 (protocol 2)"."""
+    seeds they have (:func:`bench.report.status.cell`), e.g. "12 points · seeds 0, 1, 2 (protocol 2)"."""
     rows = view.rows[view.rows["row_key"].isin({key for keys in points for key in keys})]
     if rows.empty:
         return "no points"

@@ -1,8 +1,8 @@
 """The claims' verdicts and the records of a check: the verdict words, the rule that turns a 95% CI into one
 (:func:`verdict`), the seed rule that downgrades it (:func:`seed_check`), how lines combine into a check and
 checks into a claim (:func:`combine`), and a check's lines (:class:`Item`, with its tests :class:`Test`)
-and result (:class:`CheckResult`).  The claims page (``bench/report_claims.py``) prints the rules in full
-(:data:`bench.report_claims.RULES`); the curves pages judge their targets by the same rule.
+and result (:class:`CheckResult`).  The claims page (``bench/report/claims.py``) prints the rules in full
+(:data:`bench.report.claims.RULES`); the curves pages judge their targets by the same rule.
 
 * :func:`verdict`: **holds** when the whole CI lies above what the line needs, **does not hold** when it
   lies below, **inconclusive** when it contains it (or there is no CI).
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bench import stats
-from bench.report_page import NA
+from bench.report.page import NA
 
 HOLDS, FAILS, UNSURE = "holds", "does not hold", "inconclusive"
 UNTESTED = "not tested"  # no row matches a selection: nothing was compared

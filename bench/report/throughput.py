@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.report_page import markdown_table, md_escape, write_page
-from bench.report_views import dataset_tag
+from bench.report.page import markdown_table, md_escape, write_page
+from bench.report.views import dataset_tag
 
 DIR = "throughput"
 

@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 
 from bench import metrics, registry, results, stats
-from bench.report_curve_data import CURVES_DIR
-from bench.report_page import markdown_table, md_escape
-from bench.report_views import protocol_versions
+from bench.report.curve_data import CURVES_DIR
+from bench.report.page import markdown_table, md_escape
+from bench.report.views import protocol_versions
 
 
 @dataclass

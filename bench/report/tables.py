@@ -1,4 +1,4 @@
-"""The leaderboard's tables of one section (:class:`bench.report_views.TaskView`): one line per method
+"""The leaderboard's tables of one section (:class:`bench.report.views.TaskView`): one line per method
 (:func:`summarize`, :func:`summary_table`), per point (:func:`points_table`) and per row
 (:func:`rows_table`), with the constants they are read at (budgets, the "reaches dense" tolerance, the
 hypervolume's reference point)."""
@@ -10,10 +10,10 @@ import math
 import numpy as np
 
 from bench import stats
-from bench.report_frontier import (cost_to_reach, hull_draws, hypervolume, normalized_auc, pareto_mask,
+from bench.report.frontier import (cost_to_reach, hull_draws, hypervolume, normalized_auc, pareto_mask,
                                    quality_at_budget, selection_quality)
-from bench.report_page import NA
-from bench.report_views import TaskView, knob_label, load_class, point_draws, row_fractions
+from bench.report.page import NA
+from bench.report.views import TaskView, knob_label, load_class, point_draws, row_fractions
 
 BUDGETS = (0.25, 0.50, 0.75, 1.00)  # fractions of the dense base model's cost
 # "Reaches dense quality" tolerance δ, in the metric's units: half a point on the metric's own scale, that is

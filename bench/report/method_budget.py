@@ -15,10 +15,10 @@ cost (% of dense MACs: it moves with training for methods that learn their own c
 and Δ against the dense base the points start from (dense rows, leaderboard or curves, of today's protocol
 whose task config, but ``method_steps``, and result-changing run keys are the method rows'; the seeds both
 have; paired over test examples; **above** / **below** when the CI excludes 0 and no seed's own Δ
-contradicts it, **inconclusive** otherwise: the claims' rule, :func:`bench.report_verdicts.seed_check`).
+contradicts it, **inconclusive** otherwise: the claims' rule, :func:`bench.report.verdicts.seed_check`).
 Each doubling of the budget (N → 2N) has its gain with a paired CI, judged against the task's
 ``BASE_TARGET.doubling_gain``, the yardstick the dense base's own budget is calibrated with, by the same
-rule (:func:`bench.report_curve_stats.step_gain`): **met** (saturated) when the whole CI is below it and no seed
+rule (:func:`bench.report.curve_stats.step_gain`): **met** (saturated) when the whole CI is below it and no seed
 reaches it, **missed** (still gaining) when it is wholly above it, inconclusive otherwise.  The gain is in
 quality at each budget's own cost: a budget that also lowers the cost is not credited for that here.
 The paired CIs are bootstraps over test examples for every metric (sacreBLEU's paired test, which the
@@ -37,12 +37,12 @@ import pandas as pd
 
 from bench import metrics, results, stats
 from bench.figures import save_figure
-from bench.report_curve_data import CURVES_DIR, Curve, Point, base_target, config_defaults, points
-from bench.report_curve_stats import UNSURE, step_gains
-from bench.report_curves import quality_ci_text, quality_text
-from bench.report_page import markdown_table, md_escape
-from bench.report_verdicts import FAILS, HOLDS, seed_check, verdict
-from bench.report_views import latest_rows, protocol_versions
+from bench.report.curve_data import CURVES_DIR, Curve, Point, base_target, config_defaults, points
+from bench.report.curve_stats import UNSURE, step_gains
+from bench.report.curves import quality_ci_text, quality_text
+from bench.report.page import markdown_table, md_escape
+from bench.report.verdicts import FAILS, HOLDS, seed_check, verdict
+from bench.report.views import latest_rows, protocol_versions
 
 ABOVE, BELOW = "above", "below"
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.report_page import markdown_table, write_page
-from bench.report_views import latest_rows, protocol_versions
+from bench.report.page import markdown_table, write_page
+from bench.report.views import latest_rows, protocol_versions
 
 
 def cell(rows, point=("variant", "knob_value")) -> str:

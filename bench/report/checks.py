@@ -1,8 +1,8 @@
-"""The claims' checks, evaluated on one section's view (:class:`bench.report_views.TaskView`): which points a
+"""The claims' checks, evaluated on one section's view (:class:`bench.report.views.TaskView`): which points a
 selection picks and which recipe's rows a claim reads (:func:`select_points`, :func:`rows_recipe`), a
 threshold (:func:`reaches`), a comparison (:func:`beats`: at budgets on the hulls, or point by point) and a
 rank correlation (:func:`increases`), and the notes on a model that learned nothing (:func:`degenerate`).
-Each returns a :class:`bench.report_verdicts.CheckResult`; the claims page (``bench/report_claims.py``)
+Each returns a :class:`bench.report.verdicts.CheckResult`; the claims page (``bench/report/claims.py``)
 evaluates every claim with them.
 """
 
@@ -17,11 +17,11 @@ import pandas as pd
 
 from bench import stats
 from bench.claims import Beats, Claim, Increases, Reaches, Select
-from bench.report_frontier import goodness, hull_draws, hull_vertices, quality_at_budget
-from bench.report_page import NA
-from bench.report_verdicts import (HOLDS, UNSURE, UNTESTED, CheckResult, Item, Test, ci_text, combine, seed_check,
+from bench.report.frontier import goodness, hull_draws, hull_vertices, quality_at_budget
+from bench.report.page import NA
+from bench.report.verdicts import (HOLDS, UNSURE, UNTESTED, CheckResult, Item, Test, ci_text, combine, seed_check,
                                    verdict)
-from bench.report_views import TaskView, knob_label, row_fractions
+from bench.report.views import TaskView, knob_label, row_fractions
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """``python -m bench report``: every page from the rows under results/ -- the leaderboard with its per-task
 Pareto figures, the claims, the speed, kernel, learning-curve and status pages.
 
-This module writes the leaderboard and runs the other page modules (``bench/report_*.py``), which build on
-the library: ``bench/report_frontier.py`` (frontier math), ``bench/report_views.py`` (views of the rows),
-``bench/report_tables.py`` (the leaderboard's tables) and ``bench/report_page.py`` (the page writer); it
+This module writes the leaderboard and runs the other page modules (``bench/report/*.py``), which build on
+the library: ``bench/report/frontier.py`` (frontier math), ``bench/report/views.py`` (views of the rows),
+``bench/report/tables.py`` (the leaderboard's tables) and ``bench/report/page.py`` (the page writer); it
 re-exports that library, so ``bench.report.upper_hull`` and the like keep working.
 """
 
@@ -16,18 +16,25 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from bench import (registry, report_claims, report_curves, report_method_budget, report_plots, report_speed,
-                   report_static, report_status, report_throughput, results, stats)
+from bench import registry, results, stats
+from bench.report import claims as report_claims
+from bench.report import curves as report_curves
+from bench.report import method_budget as report_method_budget
+from bench.report import plots as report_plots
+from bench.report import speed as report_speed
+from bench.report import static as report_static
+from bench.report import status as report_status
+from bench.report import throughput as report_throughput
 from bench.errors import UserError
 # the library, re-exported
-from bench.report_frontier import *  # noqa: F401,F403
-from bench.report_page import *  # noqa: F401,F403
-from bench.report_tables import *  # noqa: F401,F403
-from bench.report_views import *  # noqa: F401,F403
-from bench.report_page import NA, markdown_table, md_escape, write_page
-from bench.report_tables import (DELTA, DELTA_BY_METRIC, FRONT_SURE, REFERENCE_COST, REFERENCE_POINTS, macs_unit,
+from bench.report.frontier import *  # noqa: F401,F403
+from bench.report.page import *  # noqa: F401,F403
+from bench.report.tables import *  # noqa: F401,F403
+from bench.report.views import *  # noqa: F401,F403
+from bench.report.page import NA, markdown_table, md_escape, write_page
+from bench.report.tables import (DELTA, DELTA_BY_METRIC, FRONT_SURE, REFERENCE_COST, REFERENCE_POINTS, macs_unit,
                                  points_table, reach_delta, rows_table, summary_table)
-from bench.report_views import (TaskView, attach_uncertainty, dataset_tag, disjoint_ranges, knob_label, latest_rows,
+from bench.report.views import (TaskView, attach_uncertainty, dataset_tag, disjoint_ranges, knob_label, latest_rows,
                                 task_views, timing_view)
 
 
@@ -98,7 +105,7 @@ def write_leaderboard(views: list[TaskView], reports_dir: Path, figures: dict[st
                       results_dir: str, claims_summary: list[str] | None = None,
                       notes: dict[str, list[str]] | None = None,
                       static: dict[str, list] | None = None) -> list[str]:
-    """``static``: each section's :func:`bench.report_static.compare` (keyed like ``notes``)."""
+    """``static``: each section's :func:`bench.report.static.compare` (keyed like ``notes``)."""
     static = static or {}
     n_rows = sum(len(v.rows) for v in views)
     md = ["# Leaderboard", ""] + [line + "  " for line in _header(results_dir, n_rows)]

@@ -10,7 +10,7 @@ reference: a whole model's ratio also carries attention, norms and the embedding
 (task, arch, dtype, threads, eager/CUDA graph) present.  ``speed.md`` tabulates every point with its
 efficiency and the load average during its timings.
 
-``python -m bench.report_speed [results_dir] [reports_dir]`` draws only these files.
+``python -m bench.report.speed [results_dir] [reports_dir]`` draws only these files.
 """
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
     md = ["# bench speed: time vs MACs relative to dense (same process, interleaved)", "",
           "Efficiency = (dense time / method time) / (dense MACs / method MACs); 1 = the MACs saving is "
           "the same saving in time.  Models have random weights and are timed on random inputs of the task's "
-          "shape (no dataset).  Generated from results/speed by bench/report_speed.py.", "",
+          "shape (no dataset).  Generated from results/speed by bench/report/speed.py.", "",
           "The headline tables and figures hold only rows timed from a clean tree on a quiet machine (CPU: the "
           "1-minute load average never above the CPU count, before, during and after the timings); every other "
           "row is listed below them with the reason it is kept apart.", ""]
