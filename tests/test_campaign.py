@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from bench import config
@@ -307,7 +309,8 @@ def test_points_the_times_file_has_not_timed_are_estimated_by_their_rows(tmp_pat
                         latency_b1_ms=math.nan if point is untimed else 1.0, timestamp=f"2026-01-01T00:00:{i:02d}Z",
                         command=" ".join(campaign.command(seed, point)))  # as bench/cli.py writes it
         results.append(tmp_path, row, f"r{i}")
-    monkeypatch.setattr(campaign, "_descends", lambda ancestor, sha: {"new": True, "old": False}.get(sha))
+    times_module = sys.modules[campaign.row_train_times.__module__]  # scripts/campaign_times.py
+    monkeypatch.setattr(times_module, "descends", lambda ancestor, sha: {"new": True, "old": False}.get(sha))
     trained = campaign.row_train_times((tmp_path,))
     assert trained == {campaign.point_id(base): 300.0, campaign.point_id(static): 600.0,
                        campaign.point_id(untimed): 400.0, campaign.point_id(own_base): 50.0,
@@ -342,9 +345,9 @@ def test_descends_places_commits_by_git_ancestry(tmp_path):
         git(tmp_path, "commit", "-q", "--allow-empty", "-m", str(i))
         shas.append(git(tmp_path, "rev-parse", "HEAD"))
     first, second = shas
-    assert campaign._descends(first, second, tmp_path) is True
-    assert campaign._descends(second, first, tmp_path) is False
-    assert campaign._descends(first, "0" * 40, tmp_path) is None  # a commit this clone lacks
+    assert campaign.descends(first, second, tmp_path) is True
+    assert campaign.descends(second, first, tmp_path) is False
+    assert campaign.descends(first, "0" * 40, tmp_path) is None  # a commit this clone lacks
 
 
 def _row_method_version(code_version: str, method: str) -> int:
