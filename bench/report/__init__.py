@@ -311,7 +311,7 @@ def write_all(results_dir: str, reports_dir: str, echo=print) -> list[str]:
 def latest_rows_counts(frame, views: list[TaskView]) -> dict[str, int]:
     counts = dict(latest_rows(frame[["task", "dataset", "method", "variant", "knob_name", "knob_value", "seed",
                                      "config_hash", "train_budget", "timestamp", "git_sha", "uncounted_ops",
-                                     "run_id"] + [c for c in ("row_file", "code_version") if c in frame]])
+                                     "run_id", "row_file", "code_version"]])
                   .attrs["dedup"])
     counts["kept"] = sum(len(v.rows) for v in views)
     return counts

@@ -61,7 +61,7 @@ def load(results_dir: Path | str) -> list[ScratchCurve]:
     curve_rows = results.load(Path(results_dir) / CURVES_DIR)
     board = results.load(results_dir)
     frame = pd.concat([curve_rows, board], ignore_index=True)
-    if frame.empty or "recipe" not in frame:
+    if frame.empty:
         return []
     frame = frame[(frame["method"] != "dense") & (frame["recipe"] == "paper")
                   & (protocol_versions(frame) == results.PROTOCOL_VERSION)]

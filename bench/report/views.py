@@ -92,8 +92,6 @@ def latest_rows(frame):
 
     frame = results.upgrade(frame.copy().reset_index(drop=True))
     for column in ("variant", "knob_name", "git_sha", "config_hash", "uncounted_ops", "train_budget"):
-        if column not in frame:
-            frame[column] = ""
         frame[column] = frame[column].map(lambda v: "" if pd.isna(v) else str(v))
     frame["knob_value"] = frame["knob_value"].astype(str)
     identity, configs = _identities(frame)
