@@ -26,7 +26,9 @@ dense bases first, a method only once its seed's base is trained here (one comma
 a missing base while the others wait), and a command that would not end by ``--until`` skipped.  Their
 timings are taken beside another training, so not quietly: rows record the load, and pages mark them.
 ``--export-bases`` ships every dense base the campaign trains (artifacts/, scripts/export_base.py), so that a
-later session's fresh machine starts from it.
+later session's fresh machine starts from it.  ``--commit`` commits each finished command's rows, shipped base
+and wall time as it ends (:func:`commit_finished`) in the checkout it runs from (a clean worktree of the code
+it times: then cherry-pick those commits onto the main branch).
 
 Order: first the learning-curve points that settle the defaults (:data:`CALIBRATION`); then every seed of
 the cheap :data:`TASK_MAJOR` tasks (parity); then the other tasks whose defaults are settled
@@ -261,6 +263,34 @@ def export_new_base(seed: int, task: str) -> Path | None:
     return path
 
 
+COMMITTED = ("results", "artifacts")  # what a finished command writes that the repository keeps (with the times file)
+
+
+def commit_finished(seed: int, point: Point, times: Path, root: Path = ROOT) -> bool:
+    """``--commit``: commit what a finished command left in the repository -- its rows (every new or changed
+    file under results/), a base it shipped (artifacts/) and the times file -- with a message naming the
+    command.  Only those paths go in: other changes, staged or not, stay as they are.  False (and one line)
+    when there is nothing to commit or git refuses."""
+    paths = [name for name in COMMITTED if (root / name).exists()]
+    if times.resolve().is_relative_to(root.resolve()):
+        paths.append(str(times.resolve().relative_to(root.resolve())))
+    git = ["git", "-C", str(root)]
+    added = subprocess.run([*git, "add", "-A", "--", *paths], capture_output=True, text=True)
+    if added.returncode != 0:
+        print(f"[campaign] --commit: git add failed: {added.stderr.strip()[-300:]}", flush=True)
+        return False
+    if subprocess.run([*git, "diff", "--cached", "--quiet", "--", *paths]).returncode == 0:
+        print(f"[campaign] --commit: nothing new under {', '.join(paths)}", flush=True)
+        return False
+    message = f"rows: {shlex.join(command(seed, point))} (scripts/campaign.py --commit)"
+    done = subprocess.run([*git, "commit", "-q", "-m", message, "--", *paths], capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"[campaign] --commit: git commit failed: {done.stderr.strip()[-300:]}", flush=True)
+        return False
+    print(f"[campaign] committed: {message}", flush=True)
+    return True
+
+
 def _ready(item: tuple[int, int, Point], waiting: list[tuple[int, int, Point]], running: list[Job],
            trained_bases: dict[tuple[str, int], bool]) -> bool:
     """Whether a pending command may start: its seed's dense base (when it loads it) is neither pending nor
@@ -313,7 +343,7 @@ def run_settings(threads: int, train_threads: int) -> tuple[str, ...]:
 
 
 def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | None, times: Path,
-                 expected: dict[str, float], log_dir: Path, export_bases: bool = False) -> int:
+                 expected: dict[str, float], log_dir: Path, export_bases: bool = False, commit: bool = False) -> int:
     """Run the plan's pending commands ``jobs`` at a time, each on its share of the CPUs (``threads``, not
     part of a row's identity), dense bases first (their seed's methods wait for them), then a command that
     trains a missing base on its way, the rest in plan order;
@@ -366,6 +396,8 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
                     record_time(times, job.seed, job.point, seconds)
                     if export_bases and (is_base(job.point) or starts_from_base(job.point)):
                         export_new_base(job.seed, job.point.task)
+                    if commit:
+                        commit_finished(job.seed, job.point, times)
                 else:
                     failed += 1
                     waiting = [item for item in waiting if not (is_base(job.point) and item[2].task == job.point.task
@@ -410,6 +442,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--export-bases", action="store_true",
                         help="ship every dense base this machine trains (artifacts/, within 64 MB in all), so a "
                              "later session's fresh machine installs it instead of training it; commit them")
+    parser.add_argument("--commit", action="store_true",
+                        help="after each command that ends well, commit its rows (results/), a base it shipped "
+                             "(artifacts/) and the times file, and nothing else (run it from a clean checkout "
+                             "of the code it should time: rows record the commit)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
@@ -444,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--fill is the one-at-a-time campaign's; with --jobs, a command that would not end in "
                          "time is always skipped")
         return run_parallel(plan, args.jobs, stop, times, {**trained, **expected}, ROOT / ".cache" / "campaign",
-                            args.export_bases)
+                            args.export_bases, args.commit)
     failed = 0
     skipped_bases: set[tuple[str, int]] = set()  # --fill: (task, seed) whose base was left for later
     for i, (seed, point) in enumerate(plan, 1):
@@ -486,6 +522,8 @@ def main(argv: list[str] | None = None) -> int:
             record_time(times, seed, point, seconds)
             if args.export_bases and (is_base(point) or starts_from_base(point)):
                 export_new_base(seed, point.task)
+            if args.commit:
+                commit_finished(seed, point, times)
         failed += rc != 0
     return 1 if failed else 0
 

@@ -584,3 +584,38 @@ def test_status_lists_every_pending_command_with_its_estimate(monkeypatch):
                             lambda seed, point: with_base)
     assert "training about 1.0 h by measured throughput" in lines[0]  # 3000 + 600 s at seed 0
     assert "training about 0.8 h by measured throughput" in lines[1]  # seed 1 trains its own base
+
+
+def test_commit_finished_commits_rows_artifacts_and_times_only(tmp_path, monkeypatch):
+    """--commit: a finished command's rows, shipped base and times line go into one commit naming the command;
+    a staged code change and an untracked file outside those paths stay out; nothing new: no commit."""
+    from helpers import git
+
+    campaign = _campaign()
+    for name in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{name}_NAME", "t")
+        monkeypatch.setenv(f"GIT_{name}_EMAIL", "t@example.org")
+    git(tmp_path, "init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git(tmp_path, "add", "code.py")
+    git(tmp_path, "commit", "-q", "-m", "code")
+    (tmp_path / "code.py").write_text("x = 2\n")
+    git(tmp_path, "add", "code.py")  # staged, not the campaign's
+    (tmp_path / "notes.txt").write_text("scratch\n")
+    rows = tmp_path / "results" / "parity" / "dense"
+    rows.mkdir(parents=True)
+    (rows / "r1.csv").write_text("method,seed\ndense,0\n")
+    (tmp_path / "artifacts").mkdir()
+    (tmp_path / "artifacts" / "base.safetensors").write_bytes(b"weights")
+    times = tmp_path / "scripts" / "campaign_times.tsv"
+    times.parent.mkdir()
+    times.write_text("12.0\t0\tmethod=dense task=parity\n")
+    point = campaign.Point("parity", ("method=dense",))
+    assert campaign.commit_finished(0, point, times, root=tmp_path) is True
+    subject, *files = git(tmp_path, "show", "--name-only", "--format=%s", "HEAD").splitlines()
+    assert subject.startswith("rows: python -m bench run method=dense task=parity") and "seed=0" in subject
+    assert sorted(f for f in files if f) == ["artifacts/base.safetensors", "results/parity/dense/r1.csv",
+                                             "scripts/campaign_times.tsv"]
+    status = git(tmp_path, "status", "--porcelain").splitlines()
+    assert "M  code.py" in status and "?? notes.txt" in status  # still staged; still untracked
+    assert campaign.commit_finished(0, point, times, root=tmp_path) is False  # nothing new
