@@ -293,7 +293,7 @@ def cmd_report(args: list[str]) -> int:
         opts = config.compose_scenario("report", config.ReportConfig, report_overrides(args))
     except ConfigError as err:
         return fail(str(err))
-    from bench import report
+    from bench.report import build as report
 
     try:
         written = report.main(opts.results_dir, opts.reports_dir)

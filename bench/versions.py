@@ -34,3 +34,13 @@ def of(task: Any, method: Any | None = None) -> dict[str, int]:
 def tag(versions: dict[str, int]) -> str:
     """The versions as one short string (a row's ``code_version``): ``skeleton1.trainer1.imagenet1.acm1``."""
     return ".".join(f"{name.split(':')[-1]}{value}" for name, value in versions.items())
+
+
+def current_tag(task_name: str, method_name: str) -> str:
+    """Today's ``code_version`` of rows a registered method makes on a registered task (the classes' versions,
+    imported through the registry)."""
+    from bench import registry
+
+    task_cls = registry.load_impl(registry.task_spec(task_name).impl)
+    method_cls = registry.load_impl(registry.method_spec(method_name).impl)
+    return tag({**core(), f"task:{task_name}": int(task_cls.version), f"method:{method_name}": int(method_cls.version)})

@@ -376,7 +376,8 @@ def test_every_claim_reads_only_points_the_campaign_runs_on_three_seeds():
     :data:`ONE_SEED` point (seed 0 only): a claim changed to read such a point must move it out of
     ``ONE_SEED``, or its verdict would rest on one seed for good.  A selection may be empty only while its
     method's rows all predate today's version of the method (:func:`_awaits_rerun`)."""
-    from bench import report, results
+    from bench import results
+    from bench.report import build as report
     from bench.report import checks as report_checks
     from bench.report import claims as report_claims
 

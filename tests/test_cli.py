@@ -174,7 +174,8 @@ def test_run_writes_rows_and_resolved_config(tmp_path):
 
 
 def test_report_takes_key_value_and_the_earlier_flags(monkeypatch, tmp_path, capsys):
-    from bench import cli, report
+    from bench import cli
+    from bench.report import build as report
 
     seen = []
     monkeypatch.setattr(report, "main", lambda results, reports: seen.append((results, reports)) or [])
@@ -205,7 +206,8 @@ def test_scenario_help_lists_every_key_with_what_it_accepts(capsys, verb, says):
 def test_one_error_family_and_bugs_keep_their_traceback(monkeypatch, tmp_path, capsys):
     """The config's and the registry's errors are UserErrors (one line, exit 2); any other exception out of
     a verb is a bug: it is not turned into a user error (``report`` used to swallow every ValueError)."""
-    from bench import cli, config, registry, report
+    from bench import cli, config, registry
+    from bench.report import build as report
     from bench.errors import UserError
 
     assert issubclass(config.ConfigError, UserError) and issubclass(registry.RegistryError, UserError)

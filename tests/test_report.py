@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import report, results
+from bench import results
+from bench.report import build as report
 from bench.errors import UserError
 
 # A front with two dominated points: (3, 0.6) and (2.5, 0.7) are dominated by (2, 0.7).

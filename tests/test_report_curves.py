@@ -1,4 +1,4 @@
-"""The dense learning-curve page (bench/report/curves.py, with report_curve_data.py and report_curve_stats.py):
+"""The dense learning-curve page (bench/report/curves.py, with bench/report/curve_data.py and curve_stats.py):
 points, doubling gains and target verdicts from rows under results/curves, with the task's declared BASE_TARGET."""
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import registry, report, results
+from bench import registry, results
+from bench.report import build as report
 from bench.errors import UserError
 from tests.test_report import _row
 
@@ -117,7 +118,7 @@ def test_parity_equal_cost_table_interpolates_the_static_recurrences():
 
 
 def test_long_dataset_names_give_short_distinct_stems():
-    from bench.report import SLUG_MAX, _slug
+    from bench.report.build import SLUG_MAX, _slug
 
     a = "speech corpus " + "x" * 200 + " eval A"
     b = "speech corpus " + "x" * 200 + " eval B"

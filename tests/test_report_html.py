@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import report
+from bench.report import build as report
 from tests.test_report_files import PARITY_DEFAULT, _parity_rows
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

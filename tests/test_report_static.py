@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from bench import report, results
+from bench import results
+from bench.report import build as report
 from bench.report import static as report_static
 from tests.test_report import _row
 from tests.test_stats_claims import _views, _write, _write_wer

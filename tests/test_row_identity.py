@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from bench import report, results, runner
+from bench import results, runner
+from bench.report import build as report
 from bench.run import stable_hash
 from tests.helpers import compose_tiny
 from tests.test_report import _row

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 import torch
 
-from bench import report, results, stats
+from bench import results, stats
+from bench.report import build as report
 from bench.report import claims as report_claims
 from bench.report import verdicts as report_verdicts
 from bench.claims import Beats, Claim, Reaches, Select

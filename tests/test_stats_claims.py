@@ -12,10 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import report, results, stats
+from bench import results, stats
+from bench.report import build as report
 from bench.report import checks as report_checks
 from bench.report import claims as report_claims
-from bench.report import md_escape
+from bench.report.page import md_escape
 from bench.claims import Beats, Claim, Reaches, Select
 from tests.test_report import DATASET, _row
 
@@ -86,12 +87,12 @@ def test_hull_draws_keep_the_estimates_hull():
 
 
 def _write(results_dir, method, knob, frac, accuracy, seed, n=2000, kind="train", protocol=results.PROTOCOL_VERSION,
-           constant=False):
+           constant=False, code_version=""):
     rng = np.random.default_rng(zlib.crc32(f"{method}/{knob}/{seed}".encode()))  # stable across processes
     score = (np.arange(n) < round(accuracy * n)).astype(float)  # exactly the intended accuracy ...
     rng.shuffle(score)  # ... on examples drawn at random
     row = dataclasses.replace(_row(method, kind, knob, frac, float(score.mean()), seed=seed), n_eval=n,
-                              protocol=protocol)
+                              protocol=protocol, code_version=code_version)
     target = (score if constant else np.zeros(n)).astype(int)  # a constant predictor: label 1 at the accuracy's rate
     prediction = np.ones(n, dtype=int) if constant else (1 - score).astype(int)  # right exactly where score is 1
     samples = pd.DataFrame({"target": target, "prediction": prediction, "score": score, "macs": frac,
@@ -164,6 +165,28 @@ def test_two_dense_bases_in_one_results_dir_name_the_cause(tmp_path):
         report_claims.evaluate(claim, _views(tmp_path), tmp_path)
     message = str(err.value)
     assert "found 2" in message and "remove the superseded rows" in message and "\n" not in message
+
+
+def test_a_claim_flags_rows_made_by_older_code(tmp_path, monkeypatch):
+    """Rows whose code_version names versions that today's code has bumped past are flagged on the claim (its
+    verdict reads them until their points are re-run); today's rows and rows from before explicit versions
+    are not."""
+    old, today = "skeleton1.trainer1.toy1.good1", "skeleton1.trainer1.toy1.good2"
+    for seed in (0, 1):
+        _write(tmp_path, "good", "a", 0.5, 0.88, seed, code_version=old)
+        _write(tmp_path, "good", "b", 0.3, 0.85, seed, code_version=today)
+        _write(tmp_path, "fine", "a", 0.5, 0.88, seed)  # before explicit versions: keeps counting, no flag
+    monkeypatch.setattr(report_claims.versions, "current_tag", lambda task, method: f"skeleton1.trainer1.{task}1.{method}2")
+    views = _views(tmp_path)
+    flagged = report_claims.evaluate(Claim("c", "test", "test", "toy", (Reaches(Select("good"), 0.5),),
+                                           dataset=DATASET), views, tmp_path)
+    assert flagged.older_code == [f"good: 2 rows of {old} (today {today})"]
+    assert "⚑ older code" in "\n".join(report_claims.summary_lines([flagged]))
+    assert f"**Older code** (rows made before a behaviour change; the campaign re-runs their points): good: 2 rows" \
+        in report_claims.claims_markdown([flagged], str(tmp_path))
+    clean = report_claims.evaluate(Claim("d", "test", "test", "toy", (Reaches(Select("fine"), 0.5),),
+                                         dataset=DATASET), views, tmp_path)
+    assert clean.older_code == [] and "⚑ older code" not in "\n".join(report_claims.summary_lines([clean]))
 
 
 def test_each_claim_says_which_points_it_compared(tmp_path):
@@ -409,7 +432,7 @@ def test_claims_of_tasks_without_rows_are_not_tested(tmp_path):
     import shutil
     from pathlib import Path
 
-    from bench import report
+    from bench.report import build as report
 
     source = Path(__file__).resolve().parents[1] / "results" / "parity" / "dense"
     shutil.copytree(source, tmp_path / "results" / "parity" / "dense")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from bench import registry, stats
+from bench import registry, results, stats, versions
 from bench.claims import HARNESS, Beats, Claim, Increases, Reaches
 from bench.report.checks import beats, claim_selects, increases, reaches, rows_recipe, select_points
 from bench.report.page import NA, markdown_table, md_escape, write_page
@@ -107,6 +107,28 @@ class ClaimResult:
     def flags(self) -> list[str]:
         """Lines whose verdict stands on a degenerate model (one that learned nothing)."""
         return [f"{it.where}: {it.reason}" for c in self.checks for it in c.items if it.reason.startswith("degenerate")]
+
+    @property
+    def older_code(self) -> list[str]:
+        """Per method whose rows the checks read, the code versions of those rows that today's code has moved
+        past (a behaviour version was bumped since: the campaign re-runs their points), e.g. "dat: dat2 rows
+        (today skeleton1.trainer1.iwslt1.dat3)"."""
+        if self.view is None:
+            return []
+        keys = {key for check in self.checks for keys in check.points for key in keys}
+        rows = self.view.rows[self.view.rows["row_key"].isin(keys)]
+        out = []
+        tagged = rows[rows["code_version"].astype(str).str.startswith("skeleton")]  # explicit versions only
+        for (task, method), group in tagged.groupby(["task", "method"], sort=True):
+            try:
+                today = versions.current_tag(str(task), str(method))
+            except registry.RegistryError:  # a plugin that is not loaded here: its versions are unknown
+                continue
+            older = sorted({c for c in group["code_version"] if results.made_by_other_versions(str(c), today)})
+            if older:
+                out.append(f"{method}: {len(group[group['code_version'].isin(older)])} rows of "
+                           f"{', '.join(older)} (today {today})")
+        return out
 
     @property
     def evidence(self) -> str:
@@ -252,7 +274,8 @@ def summary_lines(claim_results: list[ClaimResult], link: str = "claims.md") -> 
         return markdown_table(header, [
             [r.claim.id, r.claim.source + (f", {r.claim.section}" if r.claim.section else ""),
              f"{r.claim.task}" + (f" ({r.view.dataset.split(' (')[0]})" if r.view else ""),
-             r.verdict + (" ⚑ degenerate baseline" if r.flags else ""), r.adjusted, *_headline(r), _headline_mde(r),
+             r.verdict + (" ⚑ degenerate baseline" if r.flags else "") + (" ⚑ older code" if r.older_code else ""),
+             r.adjusted, *_headline(r), _headline_mde(r),
              r.evidence] for r in results])
 
     papers = [r for r in claim_results if r.claim.kind != HARNESS]
@@ -345,6 +368,8 @@ def _claim_lines(r: ClaimResult, static_lines: list[str]) -> list[str]:
            + (f" — {md_escape(r.view.dataset)}" if r.view is not None else " (no rows)") + "  ",
            f"**Points compared**: {r.evidence}  ",
            f"**Rows read**: {_recipe_text(r)}  ",
+           *([f"**Older code** (rows made before a behaviour change; the campaign re-runs their points): "
+              f"{md_escape('; '.join(r.older_code))}  "] if r.older_code else []),
            f"**Verdict: {r.verdict}**" + (f" ({md_escape(r.reason)})" if r.reason else "")]
     if c.note:
         md += ["", md_escape(c.note)]

@@ -3,7 +3,7 @@
 timed alike (:func:`timing_view`), and the bootstrap uncertainty of the points (:func:`attach_uncertainty`,
 :func:`front_share`).  The frontier math is ``bench/report/frontier.py``, the tables ``bench/report/tables.py``,
 the page writer ``bench/report/page.py`` and the figures ``bench/report/plots.py`` (matplotlib is imported
-only there, lazily); every page module (``bench/report/*.py``) builds on them and ``bench/report/__init__.py`` runs
+only there, lazily); every page module (``bench/report/*.py``) builds on them and ``bench/report/build.py`` runs
 them all.
 """
 
