@@ -125,9 +125,9 @@ class ClaimResult:
             except registry.RegistryError:  # a plugin that is not loaded here: its versions are unknown
                 continue
             older = sorted({c for c in group["code_version"] if results.made_by_other_versions(str(c), today)})
-            if older:
-                out.append(f"{method}: {len(group[group['code_version'].isin(older)])} rows of "
-                           f"{', '.join(older)} (today {today})")
+            n = int(group["code_version"].isin(older).sum())
+            if n:
+                out.append(f"{method}: {n} row{'s' * (n != 1)} of {', '.join(older)} (today {today})")
         return out
 
     @property
