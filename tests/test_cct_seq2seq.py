@@ -42,7 +42,7 @@ def test_real_path_greedy_equals_masked_recomputation_with_units_off():
     model = _cct()
     src = _sources(batch=5)
     with torch.no_grad():
-        greedy = _as_lists(model.generate(src, beam=1))
+        greedy = _as_lists(model.generate(src, beam=1), model.last_out_len)
         used = _decisions(model)
         reference = _reference_greedy(model, src)
     assert greedy == reference

@@ -59,8 +59,10 @@ def _reference_greedy(model, src: torch.Tensor) -> list[list[int]]:
     return out
 
 
-def _as_lists(tokens: torch.Tensor) -> list[list[int]]:
-    return [[int(t) for t in row if int(t) != S.PAD] for row in tokens]
+def _as_lists(tokens: torch.Tensor, lengths: torch.Tensor) -> list[list[int]]:
+    """The decoded tokens of each sentence without its EOS, cut by ``lengths`` (``last_out_len``, EOS
+    counted): a model with random weights may emit PAD mid-sentence, which dropping PADs would hide."""
+    return [row[: int(n) - 1].tolist() for row, n in zip(tokens, lengths)]
 
 
 def test_kv_cache_greedy_equals_full_recomputation_and_beam_1():
@@ -68,7 +70,7 @@ def test_kv_cache_greedy_equals_full_recomputation_and_beam_1():
     src = _sources()
     with torch.no_grad():
         reference = _reference_greedy(model, src)
-        greedy = _as_lists(model.generate(src, beam=1))
+        greedy = _as_lists(model.generate(src, beam=1), model.last_out_len)
     assert greedy == reference
     assert any(len(r) > 1 for r in reference)  # decoding ran several cached steps
 
@@ -86,7 +88,7 @@ def test_kv_cache_step_log_probs_equal_recomputation():
 
     model.step = spy
     with torch.no_grad():
-        out = _as_lists(model.generate(src, beam=1))
+        out = _as_lists(model.generate(src, beam=1), model.last_out_len)
         for t, (rows, logp) in enumerate(recorded):
             for r, b in enumerate(rows.tolist()):
                 row = src[b][src[b].ne(S.PAD)]
@@ -100,8 +102,10 @@ def test_beam_search_batch_invariant_and_sorted_by_score():
     src = _sources(batch=6, seed=4)
     with torch.no_grad():
         full = model.generate(src, beam=4)
+        full_len = model.last_out_len
         singles = torch.cat([model.generate(src[i:i + 1], beam=4) for i in range(len(src))])
         greedy = model.generate(src, beam=1)
+        greedy_len = model.last_out_len
     assert torch.equal(full, singles)
 
     def score(tokens: list[int], row) -> float:
@@ -113,7 +117,7 @@ def test_beam_search_batch_invariant_and_sorted_by_score():
 
     # with no length penalty, beam search never returns a worse sum of log-probabilities than greedy
     with torch.no_grad():
-        for b, (bt, gt) in enumerate(zip(_as_lists(full), _as_lists(greedy))):
+        for b, (bt, gt) in enumerate(zip(_as_lists(full, full_len), _as_lists(greedy, greedy_len))):
             row = src[b][src[b].ne(S.PAD)]
             assert score(bt, row) >= score(gt, row) - 1e-9
 
