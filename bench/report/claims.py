@@ -111,8 +111,8 @@ class ClaimResult:
     @property
     def older_code(self) -> list[str]:
         """Per method whose rows the checks read, the code versions of those rows that today's code has moved
-        past (a behaviour version was bumped since: the campaign re-runs their points), e.g. "dat: dat2 rows
-        (today skeleton1.trainer1.iwslt1.dat3)"."""
+        past (a behaviour version was bumped since: the campaign re-runs their points), e.g. "dat: 1 row of
+        skeleton1.trainer1.iwslt1.dat2 (today skeleton1.trainer1.iwslt1.dat3)"."""
         if self.view is None:
             return []
         keys = {key for check in self.checks for keys in check.points for key in keys}
