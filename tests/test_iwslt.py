@@ -250,7 +250,7 @@ def test_run_writes_rows_with_decoding_columns_and_figures(tmp_path):
     dense = rows[rows["method"] == "dense"].iloc[0]
     assert dense["cost_pct_dense"] == pytest.approx(100.0, rel=1e-9)
     assert dense["macs_dense"] == pytest.approx(dense["macs_mean"], rel=1e-9)
-    paths = translation_figures(rows, tmp_path / "results", tmp_path / "reports")
+    paths = translation_figures(rows, tmp_path / "results", tmp_path / "reports", "iwslt")
     names = {p.name for p in paths}
     assert {"iwslt_bleu_depth.png", "iwslt_bleu_depth.csv", "iwslt_dat_exits.png"} <= names
     assert all(p.exists() and p.stat().st_size > 0 for p in paths)

@@ -10,7 +10,6 @@ re-exports that library (``build.upper_hull`` and the like).
 from __future__ import annotations
 
 import hashlib
-import inspect
 import os
 import re
 from collections import Counter
@@ -146,8 +145,9 @@ def kernel_report(results_dir: Path, reports_dir: Path) -> list[str]:
 def task_figures(view: TaskView, results_dir: Path, reports_dir: Path, stem: str) -> list[Path]:
     """The figures a task registers for the report (e.g. parity: error and ponder time vs difficulty).
 
-    The task's function gets ``stem`` (the view's file-name stem) when it accepts a fourth argument, and
-    must name its files after it so that two datasets of one task never write the same file.
+    The task's function gets the view's rows, the results and reports folders and ``stem`` (the view's
+    file-name stem), and names its files after ``stem`` so that two datasets of one task never write the same
+    file.
     """
     try:
         spec = registry.task_spec(view.task)
@@ -156,10 +156,7 @@ def task_figures(view: TaskView, results_dir: Path, reports_dir: Path, stem: str
     if not spec.figures:
         return []
     draw = registry.load_impl(spec.figures)
-    args = (rows_with_intervals(view), results_dir, reports_dir)
-    if len(inspect.signature(draw).parameters) >= 4:
-        args += (stem,)
-    return [Path(p) for p in draw(*args)]
+    return [Path(p) for p in draw(rows_with_intervals(view), results_dir, reports_dir, stem)]
 
 
 def rows_with_intervals(view: TaskView):

@@ -171,9 +171,8 @@ def _trainings(frame) -> dict[tuple, list[Training]]:
              .drop_duplicates(["task", "dataset", "setting_key", "steps", "seed", "train_time_s"]))
     trainings: dict[tuple, list[Training]] = {}
     for key, group in timed.groupby(["task", "dataset", "setting_key", "steps"]):
-        devices = group["device"] if "device" in group else [""] * len(group)
         trainings[key] = sorted(Training(float(t) / 60.0, _device(d))
-                                for t, d in zip(group["train_time_s"], devices))
+                                for t, d in zip(group["train_time_s"], group["device"]))
     return trainings
 
 

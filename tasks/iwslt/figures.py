@@ -84,7 +84,9 @@ def exit_position_table(rows: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
     return data.groupby(["oracle", "knob_value", "position", "exit"], as_index=False).size()
 
 
-def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path) -> list[Path]:
+def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path, stem: str) -> list[Path]:
+    """BLEU against decoder depth (every method, with the static depths), and DAT's exit depth by token
+    position; the files are named after ``stem`` (the section's file-name stem)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -125,11 +127,11 @@ def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path
     axes[2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(f"{task} — {dataset}; bars: 95% paired-bootstrap CI over test sentences", fontsize=10)
     fig.tight_layout()
-    path = reports_dir / f"{task}_bleu_depth.png"
+    path = reports_dir / f"{stem}_bleu_depth.png"
     save_figure(fig, path)
     plt.close(fig)
     written.append(path)
-    table_path = reports_dir / f"{task}_bleu_depth.csv"
+    table_path = reports_dir / f"{stem}_bleu_depth.csv"
     results.atomic_write_frame(table_path, table)
     written.append(table_path)
 
@@ -163,7 +165,7 @@ def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path
             fig.colorbar(im, ax=axes.ravel().tolist(), label="share of tokens at the position")
             fig.suptitle(f"{task} — {dataset} — dat: exit depth by token position (final hypotheses, seeds pooled)",
                          fontsize=10)
-            path = reports_dir / f"{task}_dat_exits.png"
+            path = reports_dir / f"{stem}_dat_exits.png"
             save_figure(fig, path)
             plt.close(fig)
             written.append(path)
