@@ -25,9 +25,13 @@ def core() -> dict[str, int]:
 
 def of(task: Any, method: Any | None = None) -> dict[str, int]:
     """The versions behind a task's base model, and with ``method`` behind that method's stages."""
-    versions = {**core(), f"task:{task.name}": int(type(task).version)}
-    if method is not None:
-        versions[f"method:{method.name}"] = int(type(method).version)
+    return _named(task.name, type(task), *((method.name, type(method)) if method is not None else ()))
+
+
+def _named(task_name: str, task_cls: Any, method_name: str | None = None, method_cls: Any = None) -> dict[str, int]:
+    versions = {**core(), f"task:{task_name}": int(task_cls.version)}
+    if method_name is not None:
+        versions[f"method:{method_name}"] = int(method_cls.version)
     return versions
 
 
@@ -41,6 +45,5 @@ def current_tag(task_name: str, method_name: str) -> str:
     imported through the registry)."""
     from bench import registry
 
-    task_cls = registry.load_impl(registry.task_spec(task_name).impl)
-    method_cls = registry.load_impl(registry.method_spec(method_name).impl)
-    return tag({**core(), f"task:{task_name}": int(task_cls.version), f"method:{method_name}": int(method_cls.version)})
+    return tag(_named(task_name, registry.load_impl(registry.task_spec(task_name).impl),
+                      method_name, registry.load_impl(registry.method_spec(method_name).impl)))

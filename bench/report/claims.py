@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
@@ -108,7 +109,7 @@ class ClaimResult:
         """Lines whose verdict stands on a degenerate model (one that learned nothing)."""
         return [f"{it.where}: {it.reason}" for c in self.checks for it in c.items if it.reason.startswith("degenerate")]
 
-    @property
+    @cached_property
     def older_code(self) -> list[str]:
         """Per method whose rows the checks read, the code versions of those rows that today's code has moved
         past (a behaviour version was bumped since: the campaign re-runs their points), e.g. "dat: 1 row of
