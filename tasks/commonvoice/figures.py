@@ -5,6 +5,7 @@ others; the dense base as a thin horizontal line), written as ``<stem>_wer_cer.p
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from bench.figures import save_figure
@@ -33,9 +34,10 @@ def draw(rows, results_dir: Path, reports_dir: Path, stem: str) -> list[Path]:
     rows["variant"] = rows["variant"].fillna("").astype(str)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, metric, label in ((axes[0], "quality", "WER ↓"), (axes[1], "cer", "CER ↓")):
-        for (method, variant), group in rows.groupby(["method", "variant"], sort=True):
+        for (method, variant, recipe), group in rows.groupby(["method", "variant", "recipe"], sort=True):
             color = method_color(method)
             name = method if method != "acm" else f"acm ({variant.split(';')[1]})" if ";" in variant else method
+            name += f" [recipe={recipe}]" if method != "dense" else ""
             for seed, seed_rows in group.groupby("seed"):
                 line = seed_rows.sort_values("cost")
                 yerr = None
@@ -53,8 +55,9 @@ def draw(rows, results_dir: Path, reports_dir: Path, stem: str) -> list[Path]:
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"{task}: {dataset[:110]}; WER bars: 95% bootstrap CI over test utterances (CER: none)",
-                 fontsize=8)
+    fig.suptitle(textwrap.fill(f"{task}: {dataset}; WER bars: 95% bootstrap CI over test utterances (CER: none)",
+                               160), fontsize=8)
+    fig.subplots_adjust(top=0.82)
     out = Path(reports_dir) / f"{stem}_wer_cer.png"
     save_figure(fig, out)
     plt.close(fig)
