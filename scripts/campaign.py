@@ -26,7 +26,8 @@ dense bases first, a method only once its seed's base is trained here (one comma
 a missing base while the others wait), and a command that would not end by ``--until`` skipped.  Their
 timings are taken beside another training, so not quietly: rows record the load, and pages mark them.
 ``--export-bases`` ships every dense base the campaign trains (artifacts/, scripts/export_base.py), so that a
-later session's fresh machine starts from it.  ``--commit`` commits each finished command's rows, shipped base
+later session's fresh machine starts from it: as soon as the base is trained, also when a method's command
+trains it on its way (:class:`BaseShipper`; with ``--commit``, in a commit of its own).  ``--commit`` commits each finished command's rows, shipped base
 and wall time as it ends (:func:`commit_finished`) in the checkout it runs from (a clean worktree of the code
 it times: then cherry-pick those commits onto the main branch).
 
@@ -266,14 +267,10 @@ def export_new_base(seed: int, task: str) -> Path | None:
 COMMITTED = ("results", "artifacts")  # what a finished command writes that the repository keeps (with the times file)
 
 
-def commit_finished(seed: int, point: Point, times: Path, root: Path = ROOT) -> bool:
-    """``--commit``: commit what a finished command left in the repository -- its rows (every new or changed
-    file under results/), a base it shipped (artifacts/) and the times file -- with a message naming the
-    command.  Only those paths go in: other changes, staged or not, stay as they are.  False (and one line)
-    when there is nothing to commit or git refuses."""
-    paths = [name for name in COMMITTED if (root / name).exists()]
-    if times.resolve().is_relative_to(root.resolve()):
-        paths.append(str(times.resolve().relative_to(root.resolve())))
+def commit_paths(paths: list[str], message: str, root: Path = ROOT) -> bool:
+    """Commit every new or changed file under ``paths`` (relative to ``root``), and nothing else: other
+    changes, staged or not, stay as they are.  False (and one line) when there is nothing to commit or git
+    refuses."""
     git = ["git", "-C", str(root)]
     added = subprocess.run([*git, "add", "-A", "--", *paths], capture_output=True, text=True)
     if added.returncode != 0:
@@ -282,13 +279,54 @@ def commit_finished(seed: int, point: Point, times: Path, root: Path = ROOT) -> 
     if subprocess.run([*git, "diff", "--cached", "--quiet", "--", *paths]).returncode == 0:
         print(f"[campaign] --commit: nothing new under {', '.join(paths)}", flush=True)
         return False
-    message = f"rows: {shlex.join(command(seed, point))} (scripts/campaign.py --commit)"
     done = subprocess.run([*git, "commit", "-q", "-m", message, "--", *paths], capture_output=True, text=True)
     if done.returncode != 0:
         print(f"[campaign] --commit: git commit failed: {done.stderr.strip()[-300:]}", flush=True)
         return False
     print(f"[campaign] committed: {message}", flush=True)
     return True
+
+
+def commit_finished(seed: int, point: Point, times: Path, root: Path = ROOT) -> bool:
+    """``--commit``: commit what a finished command left in the repository -- its rows (every new or changed
+    file under results/), a base it shipped (artifacts/) and the times file -- with a message naming the
+    command (:func:`commit_paths`)."""
+    paths = [name for name in COMMITTED if (root / name).exists()]
+    if times.resolve().is_relative_to(root.resolve()):
+        paths.append(str(times.resolve().relative_to(root.resolve())))
+    return commit_paths(paths, f"rows: {shlex.join(command(seed, point))} (scripts/campaign.py --commit)", root)
+
+
+BASE_POLL_S = 60.0  # how often a campaign with --export-bases looks for a base that a running command has trained
+
+
+class BaseShipper:
+    """``--export-bases`` while commands run: a dense base that a running command trains on its way (a
+    method's command whose seed has no base yet) ships as soon as its training ends, not when the command
+    ends, and with ``--commit`` goes into its own commit; a machine lost during the method's stages then
+    keeps the base.  :meth:`poll` looks at most every :data:`BASE_POLL_S` seconds."""
+
+    def __init__(self, commit: bool, root: Path = ROOT):
+        self.commit, self.root = commit, root
+        self.settled: set[tuple[str, int]] = set()  # (task, seed) whose base is shipped, exported or not ours
+        self.last = 0.0
+
+    def poll(self, points: list[tuple[int, Point]], now: float) -> None:
+        if now - self.last < BASE_POLL_S:
+            return
+        self.last = now
+        for seed, point in points:
+            key = (point.task, seed)
+            if key in self.settled or not (is_base(point) or starts_from_base(point)):
+                continue
+            if not base_trained(seed, point.task):
+                continue  # still training (or waiting for another command's training)
+            self.settled.add(key)
+            path = export_new_base(seed, point.task)
+            if path is not None and self.commit:
+                commit_paths(["artifacts"], f"base: the {point.task} dense base of seed {seed} ships, trained on "
+                                            f"the way to {shlex.join(command(seed, point))} (scripts/campaign.py "
+                                            "--commit)", self.root)
 
 
 def _ready(item: tuple[int, int, Point], waiting: list[tuple[int, int, Point]], running: list[Job],
@@ -342,6 +380,23 @@ def run_settings(threads: int, train_threads: int) -> tuple[str, ...]:
     return (f"threads={threads}",) if train == threads else (f"threads={threads}", f"train_threads={train}")
 
 
+def run_in_foreground(line: list[str], seed: int, point: Point, shipper: BaseShipper | None) -> int:
+    """Run one command of the one-at-a-time campaign, its output on the campaign's, and return its exit code.
+    The command runs in its own session, so a Ctrl-C (or SIGINT to the campaign) reaches it once, forwarded:
+    the training saves its checkpoint and stops (130).  With ``shipper``, its base ships once trained."""
+    process = subprocess.Popen([sys.executable, *line[1:]], cwd=ROOT, start_new_session=True)
+    try:
+        while process.poll() is None:
+            time.sleep(1)
+            if shipper is not None:
+                shipper.poll([(seed, point)], time.time())
+    except KeyboardInterrupt:
+        process.send_signal(signal.SIGINT)
+        process.wait()
+        return 130
+    return process.returncode
+
+
 def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | None, times: Path,
                  expected: dict[str, float], log_dir: Path, export_bases: bool = False, commit: bool = False) -> int:
     """Run the plan's pending commands ``jobs`` at a time, each on its share of the CPUs (``threads``, not
@@ -354,6 +409,7 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
     waiting = [(i, seed, point) for i, (seed, point) in enumerate(plan, 1) if not has_rows(seed, point)]
     running: list[Job] = []
     trained_bases: dict[tuple[str, int], bool] = {}
+    shipper = BaseShipper(commit) if export_bases else None
     failed = 0
     log_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -378,13 +434,15 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
                 print(f"[campaign] {i}/{len(plan)} {now:%H:%M:%S} {shlex.join(line)} (log: {log})", flush=True)
                 with log.open("w") as out:
                     process = subprocess.Popen([sys.executable, *line[1:]], cwd=ROOT, stdout=out,
-                                               stderr=subprocess.STDOUT)
+                                               stderr=subprocess.STDOUT, start_new_session=True)
                 running.append(Job(i, seed, point, process, log, time.time()))
                 continue
             if not running:  # nothing runs and nothing may start: a base that failed holds the rest back
                 print(f"[campaign] {len(waiting)} commands wait for a dense base that did not train", flush=True)
                 return 1
             time.sleep(5)
+            if shipper is not None:
+                shipper.poll([(job.seed, job.point) for job in running], time.time())
             for job in [job for job in running if job.process.poll() is not None]:
                 running.remove(job)
                 trained_bases = {key: True for key, done in trained_bases.items() if done}
@@ -482,6 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_parallel(plan, args.jobs, stop, times, {**trained, **expected}, ROOT / ".cache" / "campaign",
                             args.export_bases, args.commit)
     failed = 0
+    shipper = BaseShipper(args.commit) if args.export_bases else None
     skipped_bases: set[tuple[str, int]] = set()  # --fill: (task, seed) whose base was left for later
     for i, (seed, point) in enumerate(plan, 1):
         line = command(seed, point, run_settings(usable_cpus(), train_threads[point.task]))
@@ -513,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.time()
         print(f"[campaign] {i}/{len(plan)} {dt.datetime.now(dt.timezone.utc):%H:%M:%S} {shlex.join(line)}",
               flush=True)
-        rc = subprocess.run([sys.executable, *line[1:]], cwd=ROOT).returncode
+        rc = run_in_foreground(line, seed, point, shipper)
         seconds = time.time() - start
         print(f"[campaign] rc={rc} after {seconds:.0f} s", flush=True)
         if rc == 130:  # interrupted: stop the campaign too

@@ -143,8 +143,7 @@ def test_campaign_stops_before_a_command_that_would_run_past_until(tmp_path, mon
     ran = []
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
     monkeypatch.setattr(campaign, "row_train_times", lambda: {})  # not the repository's rows
-    monkeypatch.setattr(campaign.subprocess, "run",
-                        lambda line, cwd: ran.append(line) or type("Done", (), {"returncode": 0})())
+    monkeypatch.setattr(campaign, "run_in_foreground", lambda line, *_: ran.append(line) or 0)
     seed, first = campaign.planned(seeds=(0,), tasks=("parity",))[0]
     until = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)).strftime("%H:%M")
     times = tmp_path / "times.tsv"
@@ -195,8 +194,7 @@ def test_fill_skips_what_does_not_fit_and_what_starts_from_a_skipped_base(tmp_pa
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
     monkeypatch.setattr(campaign, "row_train_times", lambda: {})
     monkeypatch.setattr(campaign, "planned", lambda seeds, tasks: plan)
-    monkeypatch.setattr(campaign.subprocess, "run",
-                        lambda line, cwd: ran.append(line) or type("Done", (), {"returncode": 0})())
+    monkeypatch.setattr(campaign, "run_in_foreground", lambda line, *_: ran.append(line) or 0)
     monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
     monkeypatch.setattr(campaign, "training_threads", lambda tasks, asked: {task: 1 for task in tasks})
     until = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)).strftime("%H:%M")
@@ -235,16 +233,16 @@ def test_fill_stops_once_the_stop_time_has_come(tmp_path, monkeypatch, capsys):
         def now(cls, tz=None):
             return start + dt.timedelta(minutes=1, seconds=elapsed[0])
 
-    def run(line, cwd):
+    def run(line, *_):
         ran.append(line)
         elapsed[0] += 3600.0
-        return type("Done", (), {"returncode": 0})()
+        return 0
 
     monkeypatch.setattr(campaign.dt, "datetime", Clock)
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
     monkeypatch.setattr(campaign, "row_train_times", lambda: {})
     monkeypatch.setattr(campaign, "planned", lambda seeds, tasks: [(0, base), (1, base), (2, base)])
-    monkeypatch.setattr(campaign.subprocess, "run", run)
+    monkeypatch.setattr(campaign, "run_in_foreground", run)
     times = tmp_path / "times.tsv"
     campaign.record(times, 9, base, campaign.START)
     campaign.record_time(times, 9, base, 600.0)
@@ -327,8 +325,7 @@ def test_points_the_times_file_has_not_timed_are_estimated_by_their_rows(tmp_pat
     ran = []
     monkeypatch.setattr(campaign, "row_train_times", lambda: trained)
     monkeypatch.setattr(campaign, "planned", lambda seeds, tasks: [(2, static), (2, baseless)])
-    monkeypatch.setattr(campaign.subprocess, "run",
-                        lambda line, cwd: ran.append(line) or type("Done", (), {"returncode": 0})())
+    monkeypatch.setattr(campaign, "run_in_foreground", lambda line, *_: ran.append(line) or 0)
     until = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=9)).strftime("%H:%M")
     assert campaign.main(["--until", until, "--times", str(tmp_path / "none.tsv")]) == 0 and ran == []
     assert "would be passed (about 10 min of training in its rows): stopping before command 1/2" in \
@@ -416,7 +413,7 @@ def test_parallel_campaign_starts_bases_first_and_runs_a_base_once(tmp_path, mon
     events, live = [], []
 
     class Process:
-        def __init__(self, line, cwd, stdout, stderr):
+        def __init__(self, line, cwd, stdout, stderr, start_new_session):
             self.line, self.returncode, self.polls = line, None, 0
             events.append(("start", " ".join(line), [" ".join(p.line) for p in live if p.returncode is None]))
             live.append(self)
@@ -480,6 +477,59 @@ def test_export_new_base_ships_what_this_machine_trained(tmp_path, monkeypatch):
     done[0] = True
     monkeypatch.setattr(campaign, "SHIPPED_LIMIT", 999)
     assert campaign.export_new_base(1, "imagenet") is None and len(calls) == 1
+
+
+def test_a_base_trained_on_the_way_ships_before_its_command_ends(tmp_path, monkeypatch):
+    """--export-bases --commit: while a method's command runs, its seed's base ships (and is committed on its
+    own) once trained, not when the command ends; it is looked for at most every BASE_POLL_S seconds, shipped
+    once, and a command that loads no base is never looked at."""
+    campaign = _campaign()
+    method = campaign.Point("imagenet", ("method=acm", "recipe=paper"))
+    static = campaign.Point("parity", ("method=act", "act.tau=1e-3", "results_dir=x", "timing=false"))
+    monkeypatch.setattr(campaign, "starts_from_base", lambda point: point is method)
+    trained, exported, commits = [False], [], []
+    monkeypatch.setattr(campaign, "base_trained", lambda seed, task: trained[0])
+    monkeypatch.setattr(campaign, "export_new_base", lambda seed, task: exported.append((task, seed)) or tmp_path)
+    monkeypatch.setattr(campaign, "commit_paths", lambda paths, message, root: commits.append((paths, message)))
+    shipper = campaign.BaseShipper(commit=True, root=tmp_path)
+    running = [(1, method), (1, static)]
+    shipper.poll(running, now=1000.0)
+    assert not exported  # still training
+    trained[0] = True
+    shipper.poll(running, now=1000.0 + campaign.BASE_POLL_S / 2)
+    assert not exported  # not looked at again before BASE_POLL_S
+    shipper.poll(running, now=1000.0 + campaign.BASE_POLL_S)
+    assert exported == [("imagenet", 1)]
+    assert commits[0][0] == ["artifacts"] and commits[0][1].startswith("base: the imagenet dense base of seed 1")
+    shipper.poll(running, now=1000.0 + 3 * campaign.BASE_POLL_S)
+    assert exported == [("imagenet", 1)] and len(commits) == 1  # once
+
+
+def test_an_interrupted_foreground_command_gets_one_sigint_and_stops(tmp_path, monkeypatch):
+    """The one-at-a-time campaign, interrupted, forwards SIGINT to its command (which runs in its own session,
+    so a Ctrl-C reaches it only this way) and returns 130 once the command has stopped."""
+    campaign = _campaign()
+    ready, got = tmp_path / "ready", tmp_path / "got"
+    child = ("import pathlib, signal, sys, time\n"
+             "count = []\n"
+             "def on_int(*_):\n"
+             "    count.append(1)\n"
+             f"    pathlib.Path({str(got)!r}).write_text(str(len(count)))\n"
+             "    sys.exit(130)\n"
+             "signal.signal(signal.SIGINT, on_int)\n"
+             f"pathlib.Path({str(ready)!r}).touch()\n"
+             "time.sleep(60)\n")
+    real_sleep = campaign.time.sleep
+
+    def interrupt_once_ready(seconds):
+        while not ready.exists():
+            real_sleep(0.05)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(campaign.time, "sleep", interrupt_once_ready)
+    point = campaign.Point("parity", ("method=dense",))
+    assert campaign.run_in_foreground(["python", "-c", child], 0, point, None) == 130
+    assert got.read_text() == "1"
 
 
 def test_stage_rates_fall_back_to_the_same_kind_then_to_none(tmp_path):
