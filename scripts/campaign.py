@@ -214,6 +214,7 @@ class Job:
     process: subprocess.Popen
     log: Path
     start: float
+    line: list[str] = field(default_factory=list)  # the command line it runs
 
 
 def base_checkpoint(seed: int, task: str) -> Path:
@@ -237,11 +238,12 @@ def base_trained(seed: int, task: str) -> bool:
 SHIPPED_LIMIT = 64 * 2 ** 20  # bytes of shipped weights the repository holds at most (artifacts/)
 
 
-def export_new_base(seed: int, task: str) -> Path | None:
+def export_new_base(seed: int, task: str, trained_by: list[str] | None = None) -> Path | None:
     """Ship the dense base of ``task`` at ``seed`` that this machine trained (``--export-bases``): written
     under artifacts/ (scripts/export_base.py) unless it is shipped already, is not trained here, or would
     take the shipped weights past :data:`SHIPPED_LIMIT`; the path written, or None.  A later session's fresh
-    machine then installs it instead of training it (commit it with the rows)."""
+    machine then installs it instead of training it (commit it with the rows).  ``trained_by``: the command
+    line that trained it, when that is not its seed's dense base command (a method's, on its way)."""
     from bench import artifacts, train
     from export_base import export
 
@@ -257,7 +259,7 @@ def export_new_base(seed: int, task: str) -> Path | None:
     os.chdir(ROOT)  # the overrides' paths (the cache) are the repository's
     try:
         path = export([f"task={task}", f"seed={seed}"], source=None, git_sha="", root=None,
-                      command=shlex.join(command(seed, PLAN[task][0])))
+                      command=shlex.join(trained_by or command(seed, PLAN[task][0])))
     finally:
         os.chdir(here)
     print(f"[campaign] shipped the {task} base of seed {seed}: {path} (commit it)", flush=True)
@@ -311,18 +313,19 @@ class BaseShipper:
         self.settled: set[tuple[str, int]] = set()  # (task, seed) whose base is shipped, exported or not ours
         self.last = 0.0
 
-    def poll(self, points: list[tuple[int, Point]], now: float) -> None:
+    def poll(self, points: list[tuple[int, Point, list[str]]], now: float) -> None:
+        """Look at the running commands: (seed, point, the command line it runs with)."""
         if now - self.last < BASE_POLL_S:
             return
         self.last = now
-        for seed, point in points:
+        for seed, point, line in points:
             key = (point.task, seed)
             if key in self.settled or not (is_base(point) or starts_from_base(point)):
                 continue
             if not base_trained(seed, point.task):
                 continue  # still training (or waiting for another command's training)
             self.settled.add(key)
-            path = export_new_base(seed, point.task)
+            path = export_new_base(seed, point.task, None if is_base(point) else line)
             if path is not None and self.commit:
                 commit_paths(["artifacts"], f"base: the {point.task} dense base of seed {seed} ships, trained on "
                                             f"the way to {shlex.join(command(seed, point))} (scripts/campaign.py "
@@ -380,6 +383,18 @@ def run_settings(threads: int, train_threads: int) -> tuple[str, ...]:
     return (f"threads={threads}",) if train == threads else (f"threads={threads}", f"train_threads={train}")
 
 
+def _terminated(signum: int, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def stoppable() -> None:
+    """Make SIGINT and SIGTERM stop the campaign as Ctrl-C does (its commands get SIGINT, save their
+    checkpoints and stop).  A campaign started in the background by a script (``nohup ... &``) starts with
+    SIGINT ignored, and its commands would inherit that; SIGTERM (``kill``) would end it without stopping them."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _terminated)
+
+
 def run_in_foreground(line: list[str], seed: int, point: Point, shipper: BaseShipper | None) -> int:
     """Run one command of the one-at-a-time campaign, its output on the campaign's, and return its exit code.
     The command runs in its own session, so a Ctrl-C (or SIGINT to the campaign) reaches it once, forwarded:
@@ -389,7 +404,7 @@ def run_in_foreground(line: list[str], seed: int, point: Point, shipper: BaseShi
         while process.poll() is None:
             time.sleep(1)
             if shipper is not None:
-                shipper.poll([(seed, point)], time.time())
+                shipper.poll([(seed, point, line)], time.time())
     except KeyboardInterrupt:
         process.send_signal(signal.SIGINT)
         process.wait()
@@ -435,14 +450,14 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
                 with log.open("w") as out:
                     process = subprocess.Popen([sys.executable, *line[1:]], cwd=ROOT, stdout=out,
                                                stderr=subprocess.STDOUT, start_new_session=True)
-                running.append(Job(i, seed, point, process, log, time.time()))
+                running.append(Job(i, seed, point, process, log, time.time(), line))
                 continue
             if not running:  # nothing runs and nothing may start: a base that failed holds the rest back
                 print(f"[campaign] {len(waiting)} commands wait for a dense base that did not train", flush=True)
                 return 1
             time.sleep(5)
             if shipper is not None:
-                shipper.poll([(job.seed, job.point) for job in running], time.time())
+                shipper.poll([(job.seed, job.point, job.line) for job in running], time.time())
             for job in [job for job in running if job.process.poll() is not None]:
                 running.remove(job)
                 trained_bases = {key: True for key, done in trained_bases.items() if done}
@@ -453,7 +468,7 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
                 if rc == 0:
                     record_time(times, job.seed, job.point, seconds)
                     if export_bases and (is_base(job.point) or starts_from_base(job.point)):
-                        export_new_base(job.seed, job.point.task)
+                        export_new_base(job.seed, job.point.task, None if is_base(job.point) else job.line)
                     if commit:
                         commit_finished(job.seed, job.point, times)
                 else:
@@ -524,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         print("\n".join(shlex.join(command(seed, point)) for seed, point in plan))
         return 0
+    stoppable()
     stop = None
     if args.until:
         hour, minute = (int(x) for x in args.until.split(":"))
@@ -580,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
         if rc == 0:
             record_time(times, seed, point, seconds)
             if args.export_bases and (is_base(point) or starts_from_base(point)):
-                export_new_base(seed, point.task)
+                export_new_base(seed, point.task, None if is_base(point) else line)
             if args.commit:
                 commit_finished(seed, point, times)
         failed += rc != 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 
@@ -477,6 +478,10 @@ def test_export_new_base_ships_what_this_machine_trained(tmp_path, monkeypatch):
     done[0] = True
     monkeypatch.setattr(campaign, "SHIPPED_LIMIT", 999)
     assert campaign.export_new_base(1, "imagenet") is None and len(calls) == 1
+    monkeypatch.setattr(campaign, "SHIPPED_LIMIT", 10 ** 6)  # trained on the way to a method: that command
+    method_line = ["python", "-m", "bench", "run", "method=acm", "task=imagenet", "threads=1", "seed=1"]
+    assert campaign.export_new_base(1, "imagenet", method_line) is not None
+    assert calls[1][1]["command"] == "python -m bench run method=acm task=imagenet threads=1 seed=1"
 
 
 def test_a_base_trained_on_the_way_ships_before_its_command_ends(tmp_path, monkeypatch):
@@ -489,20 +494,22 @@ def test_a_base_trained_on_the_way_ships_before_its_command_ends(tmp_path, monke
     monkeypatch.setattr(campaign, "starts_from_base", lambda point: point is method)
     trained, exported, commits = [False], [], []
     monkeypatch.setattr(campaign, "base_trained", lambda seed, task: trained[0])
-    monkeypatch.setattr(campaign, "export_new_base", lambda seed, task: exported.append((task, seed)) or tmp_path)
+    monkeypatch.setattr(campaign, "export_new_base",
+                        lambda seed, task, trained_by: exported.append((task, seed, trained_by)) or tmp_path)
     monkeypatch.setattr(campaign, "commit_paths", lambda paths, message, root: commits.append((paths, message)))
     shipper = campaign.BaseShipper(commit=True, root=tmp_path)
-    running = [(1, method), (1, static)]
+    line = ["python", "-m", "bench", "run", "method=acm", "task=imagenet", "recipe=paper", "threads=1", "seed=1"]
+    running = [(1, method, line), (1, static, ["python", "-m", "bench", "run", "method=act"])]
     shipper.poll(running, now=1000.0)
     assert not exported  # still training
     trained[0] = True
     shipper.poll(running, now=1000.0 + campaign.BASE_POLL_S / 2)
     assert not exported  # not looked at again before BASE_POLL_S
     shipper.poll(running, now=1000.0 + campaign.BASE_POLL_S)
-    assert exported == [("imagenet", 1)]
+    assert exported == [("imagenet", 1, line)]  # the command that trained it is recorded
     assert commits[0][0] == ["artifacts"] and commits[0][1].startswith("base: the imagenet dense base of seed 1")
     shipper.poll(running, now=1000.0 + 3 * campaign.BASE_POLL_S)
-    assert exported == [("imagenet", 1)] and len(commits) == 1  # once
+    assert len(exported) == 1 and len(commits) == 1  # once
 
 
 def test_an_interrupted_foreground_command_gets_one_sigint_and_stops(tmp_path, monkeypatch):
@@ -530,6 +537,26 @@ def test_an_interrupted_foreground_command_gets_one_sigint_and_stops(tmp_path, m
     point = campaign.Point("parity", ("method=dense",))
     assert campaign.run_in_foreground(["python", "-c", child], 0, point, None) == 130
     assert got.read_text() == "1"
+
+
+def test_a_campaign_started_with_sigint_ignored_still_stops_on_sigint_and_sigterm():
+    """A campaign started in the background by a script begins with SIGINT ignored; it re-arms SIGINT, and
+    SIGTERM stops it the same way (KeyboardInterrupt: its commands are sent SIGINT and save their checkpoints)."""
+    import os
+    import signal
+
+    campaign = _campaign()
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        campaign.stoppable()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signum)
+                time.sleep(1)  # the handler runs at the next bytecode; this is not reached
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
 
 
 def test_stage_rates_fall_back_to_the_same_kind_then_to_none(tmp_path):
