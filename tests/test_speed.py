@@ -217,6 +217,24 @@ def test_loaded_or_dirty_speed_rows_stay_out_of_the_headline(speed_rows, tmp_pat
         assert "| acm |" not in headline and "| acm |" in apart and "No quiet row" in headline
 
 
+def test_a_later_loaded_timing_is_listed_apart_and_keeps_the_quiet_one_in_the_headline(speed_rows, tmp_path):
+    """A point timed quietly and later on a loaded machine: the headline keeps the quiet row, the loaded
+    one is listed apart; a point whose only row is loaded is apart only."""
+    root = _as_timed(speed_rows, tmp_path / "rows", load=0.5, dirty=False)
+    later = pd.read_csv(next((root / "speed").rglob("acm_f0.25.csv")))
+    later = later.assign(timestamp="2099-01-01T00:00:00Z", run_id="later", loadavg_1m="3.50;3.50",
+                         time_ratio=later["time_ratio"] * 3)
+    (root / "speed" / "later").mkdir()
+    later.to_csv(root / "speed" / "later" / "acm_f0.25.csv", index=False)
+    shown = report_speed.latest(speed.load_rows(root))
+    acm = shown[(shown["method"] == "acm") & (shown["fraction"] == 0.25)]
+    assert sorted(acm["_why"].str[:6]) == ["", "loaded"] and "later" in set(acm["run_id"])
+    assert (shown["_why"] == "").sum() == len(shown) - 1  # every other point: its quiet row only
+    report_speed.write(root, tmp_path / "reports")
+    headline, apart = (tmp_path / "reports" / "speed.md").read_text().split("### Kept apart", 1)
+    assert "| acm | 0.25 |" in headline and "| acm | 0.25 |" in apart and "1 rows" in apart
+
+
 def test_counter_disagreement_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
     from methods.moefication.speed import MoeficationForcer
 

@@ -2,8 +2,8 @@
 
 Reads rows only (``results/speed/*/*.csv``, see :mod:`bench.speed`; the ACM kernel fit from
 ``results/kernels/*.fit.csv``).  For every (device, batch) one figure: time relative to dense against MACs
-relative to dense for every method (the latest row of each (task, arch, dtype, threads, mode, method,
-fraction)), with the linear-scaling line y = x and the ACM kernel's fitted line T/T_dense = a + b·f of
+relative to dense for every method (the latest quiet row of each (task, arch, dtype, threads, mode,
+method, fraction): :func:`latest`), with the linear-scaling line y = x and the ACM kernel's fitted line T/T_dense = a + b·f of
 the latest kernel run on the same kind of device (CPU: acm_sorted; CUDA: acm_triton), at the kernel batch
 closest to the speed batch.  The kernel line is one ACM MLP layer against its dense MLP, drawn for
 reference: a whole model's ratio also carries attention, norms and the embedding.  One panel per
@@ -62,10 +62,17 @@ def not_headline(row) -> str:
 
 
 def latest(rows):
-    """The latest ok row of every (device, batch, panel, method, fraction)."""
+    """The rows the page shows, with ``_why`` (:func:`not_headline`): of every (device, batch, panel, method,
+    fraction), the latest ok row that belongs in the headline, and the latest ok row when it does not (a
+    later loaded or dirty timing is listed apart and does not replace the quiet one)."""
+    import pandas as pd
+
     ok = rows[rows["status"] == "ok"].copy()
     ok["threads"] = ok["threads"].fillna(0)
-    return ok.sort_values("timestamp").groupby(["device", "batch"] + KEY, dropna=False).tail(1)
+    ok = ok.assign(_why=[not_headline(r) for _, r in ok.iterrows()]).sort_values("timestamp")
+    keys = ["device", "batch"] + KEY
+    newest = ok.groupby(keys, dropna=False).tail(1)
+    return pd.concat([ok[ok["_why"] == ""].groupby(keys, dropna=False).tail(1), newest[newest["_why"] != ""]])
 
 
 def kernel_fit(results_dir: Path, device: str, batch: int) -> dict | None:
@@ -232,15 +239,15 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
     rows = latest(rows)
     if rows.empty:
         return []
-    rows = rows.assign(_why=[not_headline(r) for _, r in rows.iterrows()])
     written = []
     md = ["# bench speed: time vs MACs relative to dense (same process, interleaved)", "",
           "Efficiency = (dense time / method time) / (dense MACs / method MACs); 1 = the MACs saving is "
           "the same saving in time.  Models have random weights and are timed on random inputs of the task's "
           "shape (no dataset).  Generated from results/speed by bench/report/speed.py.", "",
           "The headline tables and figures hold only rows timed from a clean tree on a quiet machine (CPU: the "
-          "1-minute load average never above the CPU count, before, during and after the timings); every other "
-          "row is listed below them with the reason it is kept apart.", ""]
+          "1-minute load average never above the CPU count, before, during and after the timings): the latest "
+          "such row of every point. A point's latest row, when it is not such a row, is listed below them with "
+          "the reason it is kept apart.", ""]
     for (device, batch), group in rows.groupby(["device", "batch"]):
         quiet, apart = group[group["_why"] == ""], group[group["_why"] != ""]
         md += [f"## {device}, batch {int(batch)} ({group['device_name'].iloc[0]})", ""]
