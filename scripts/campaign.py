@@ -12,24 +12,13 @@ run`` applies) and an interrupted training resumes from its checkpoint, so runni
 continues where it stopped: on the same machine, exactly; on a later session's fresh machine, from what
 was committed (the rows, and the recorded wall times in :data:`TIMES`), since ``.cache`` (checkpoints,
 trained bases) does not outlive the machine.
-``--until HH:MM`` (UTC) starts no new command after that time (the next occurrence of it: a time already
-past today means tomorrow), nor one whose recorded wall time (:data:`TIMES`; for a point
-not timed there, the training time in its committed rows) would carry it past that time:
-a session's machine does not outlive the session, so a training cut off at its end is lost, checkpoint and
-all.  The plan's order is kept: the campaign stops at the first command that does not fit; with ``--fill`` it
-skips that command instead and runs the later ones that fit (not one with no recorded time), leaving out
-the commands that load a skipped dense base (:func:`starts_from_base`: their seed's methods and timed
-static sizes).  ``--seeds`` and ``--task`` restrict it, and so does ``--match`` (the commands containing a text, with the
-dense bases they load).  ``--jobs N`` runs N commands at once, each on its share of the CPUs (on 2 cores,
-two one-thread trainings make about 2.2x the optimizer steps of one two-thread training: results/throughput):
-dense bases first, a method only once its seed's base is trained here (one command of a (task, seed) trains
-a missing base while the others wait), and a command that would not end by ``--until`` skipped.  Their
-timings are taken beside another training, so not quietly: rows record the load, and pages mark them.
-``--export-bases`` ships every dense base the campaign trains (artifacts/, scripts/export_base.py), so that a
-later session's fresh machine starts from it: as soon as the base is trained, also when a method's command
-trains it on its way (:class:`BaseShipper`; with ``--commit``, in a commit of its own).  ``--commit`` commits each finished command's rows, shipped base
-and wall time as it ends (:func:`commit_finished`) in the checkout it runs from (a clean worktree of the code
-it times: then cherry-pick those commits onto the main branch).
+The options (``--help``; docs/reproducing.md tells how to use them): ``--until`` and ``--fill`` fit the
+commands into a session (its machine, and a training cut off at its end, do not outlive it); ``--seeds``,
+``--task`` and ``--match`` restrict the plan; ``--jobs N`` runs N commands at once, each on its share of the
+CPUs (:func:`run_parallel`); ``--export-bases`` ships every dense base the campaign trains as soon as it is
+trained (:class:`BaseShipper`), so that a later session's fresh machine starts from it; ``--commit`` commits
+each finished command's rows, shipped base and wall time (:func:`commit_finished`).  SIGINT or SIGTERM stops
+the campaign and its commands, which save their checkpoints (:func:`stoppable`).
 
 Order: first the learning-curve points that settle the defaults (:data:`CALIBRATION`); then every seed of
 the cheap :data:`TASK_MAJOR` tasks (parity); then the other tasks whose defaults are settled
