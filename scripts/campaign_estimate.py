@@ -12,6 +12,8 @@ evaluation and timing after it) and assumes one training on the machine at a tim
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,9 +133,10 @@ def estimate(seed: int, point: Point, threads: int, rates: Rates, base_step_s) -
     return Estimate(sum(per_stage), todo, at_base, per_stage)
 
 
-def live_base_step_s():
+def live_base_step_s(warn=lambda line: print(line, file=sys.stderr, flush=True)):
     """A ``base_step_s`` that measures each (task, threads) once, now (``bench.runner.base_step_s``, at the
-    task's base batch size)."""
+    task's base batch size).  A measurement that shared the CPUs with other work (the 1-minute load plus its
+    threads above the CPU count) is ``warn``-ed in one line: it errs long, as do the estimates built on it."""
     measured: dict[tuple[str, int], float] = {}
 
     def step_s(task: str, threads: int) -> float:
@@ -143,8 +146,14 @@ def live_base_step_s():
 
             cfg = config.compose(["method=dense", f"task={task}", f"threads={threads}"])
             _, built, _ = runner.build(cfg, "dense", task)
+            load = os.getloadavg()[0]
             with cpu_threads(threads):  # measured as the command will train, the caller's count kept
                 measured[(task, threads)] = runner.base_step_s(built, int(built.base_budget()["batch_size"]), "cpu")
+            cpus = os.cpu_count() or 1
+            if load + threads > cpus + 0.5:
+                warn(f"[campaign] {task}'s dense base step ({measured[(task, threads)] * 1000:.0f} ms on {threads} "
+                     f"thread(s)) was measured now at a 1-minute load of {load:.2f} on {cpus} CPUs: the estimates "
+                     "at the dense base's step time err long while other work runs (ask again on a quiet machine)")
         return measured[(task, threads)]
 
     return step_s

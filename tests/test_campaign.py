@@ -697,3 +697,26 @@ def test_commit_finished_commits_rows_artifacts_and_times_only(tmp_path, monkeyp
     status = git(tmp_path, "status", "--porcelain").splitlines()
     assert "M  code.py" in status and "?? notes.txt" in status  # still staged; still untracked
     assert campaign.commit_finished(0, point, times, root=tmp_path) is False  # nothing new
+
+
+def test_a_base_step_measured_beside_other_work_is_flagged_once(monkeypatch):
+    _campaign()
+    estimate = load_script("campaign_estimate")
+    from bench import runner
+
+    class Built:
+        def base_budget(self):
+            return {"batch_size": 4}
+
+    calls = []
+    monkeypatch.setattr(runner, "build", lambda cfg, method, task: (None, Built(), None))
+    monkeypatch.setattr(runner, "base_step_s", lambda built, batch, device: calls.append(batch) or 0.25)
+    monkeypatch.setattr(estimate.os, "cpu_count", lambda: 2)
+    warned = []
+    monkeypatch.setattr(estimate.os, "getloadavg", lambda: (2.0, 2.0, 2.0))
+    step_s = estimate.live_base_step_s(warn=warned.append)
+    assert step_s("parity", 1) == 0.25 and step_s("parity", 1) == 0.25 and calls == [4]  # measured once
+    assert len(warned) == 1 and "load of 2.00 on 2 CPUs" in warned[0] and "250 ms on 1 thread(s)" in warned[0]
+    monkeypatch.setattr(estimate.os, "getloadavg", lambda: (0.3, 0.3, 0.3))
+    quiet = []
+    assert estimate.live_base_step_s(warn=quiet.append)("parity", 1) == 0.25 and quiet == []
