@@ -57,6 +57,9 @@ PAPER_IMAGENET = [
     *[_p("imagenet", "method=acm", "acm.alpha_b=1.0", f"acm.beta_target={b}", "recipe=paper") for b in (0.1, 0.2)],
     *[_p("imagenet", "method=avit", "avit.sweep=target", f"avit.target={t}", "avit.ponder_weight=5e-4",
          "avit.distr_weight=1.0", "avit.eval_epsilons=[0.1,0.3]", "recipe=paper") for t in (4, 8, 10)],
+    # cct-imagenet (the harness's own question) under CCT's paper recipe: from scratch on the dense base's
+    # steps and schedule (about 2 h on one thread by the measured throughput), last: the longest
+    _p("imagenet", "method=cct", "recipe=paper"),
 ]
 
 PLAN: dict[str, list[Point]] = {
