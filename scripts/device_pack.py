@@ -34,8 +34,11 @@ The data lands where the tasks read it by default (``/usr/share/trans/de-en``,
 ``device`` and ``precision`` (and whatever it changes on purpose).  ``DEVICE_PREFIX`` moves every
 destination under another root (the tests use it).  The pack is written beside ``--out`` and renamed into
 place, so a failed pack leaves no half-written folder; one over ``--limit-mib`` (counting the files that
-travel anyway) is refused with one line.  Not packed: ``pocketsphinx-testdata`` (commonvoice's
-``eval_set=pocketsphinx`` says so there in one line).
+travel anyway) is refused with one line.  The committed rows and pages travel too and grow with every run;
+no device command reads them (rows made there are new files, and ``reports/`` is drawn here), so
+``--set-aside`` moves :data:`SET_ASIDE` into the git-ignored, uncarried ``.aside/`` for the call and
+``--restore`` moves them back (rows keep ``git_dirty`` false: provenance leaves those folders out).  Not
+packed: ``pocketsphinx-testdata`` (commonvoice's ``eval_set=pocketsphinx`` says so there in one line).
 """
 
 from __future__ import annotations
@@ -76,6 +79,8 @@ TASK_DATA = {"iwslt": ["trans-de-en"], "imagenet": ["fashion-mnist"], "commonvoi
 WHEELS = {"*": ["hydra-core", "omegaconf", "antlr4-python3-runtime"], "commonvoice": ["jiwer", "rapidfuzz"]}
 DEVICE_LIMIT_MIB = 64
 RETURN_LIMIT_MIB = 16  # the largest file a device call sends back from $OUT
+SET_ASIDE = ("reports", "results")  # committed outputs no device command reads
+ASIDE = ".aside"  # where --set-aside keeps them: git-ignored, and not carried
 UNPACKED = "unpacked"  # marker file --unpack leaves in the pack: rows newer than it are the device's
 
 ESPEAK_WRAPPER = """\
@@ -238,6 +243,37 @@ def travelling_bytes(repo: Path, out: Path) -> int:
     return total
 
 
+def set_aside(repo: Path = ROOT) -> list[str]:
+    """Move :data:`SET_ASIDE` under ``repo/.aside/`` (one ``rename`` each, nothing copied); returns what moved.
+    Refused, with nothing moved, while an earlier set-aside is still there."""
+    aside = repo / ASIDE
+    held = [name for name in SET_ASIDE if (aside / name).exists()]
+    if held:
+        raise UserError(f"device_pack: {aside / held[0]} is still set aside from an earlier call; "
+                        f"run --restore first")
+    aside.mkdir(exist_ok=True)
+    moved = [name for name in SET_ASIDE if (repo / name).exists()]
+    for name in moved:
+        (repo / name).rename(aside / name)
+    return moved
+
+
+def restore(repo: Path = ROOT) -> list[str]:
+    """Move what :func:`set_aside` moved back into the tree; returns what moved.  Refused, with nothing
+    moved, where the tree holds that folder again (e.g. a ``git checkout`` brought it back)."""
+    aside = repo / ASIDE
+    held = [name for name in SET_ASIDE if (aside / name).exists()]
+    clash = next((name for name in held if (repo / name).exists()), None)
+    if clash:
+        raise UserError(f"device_pack: both {repo / clash} and {aside / clash} exist; keep one (rows written "
+                        f"since the set-aside are in {repo / clash}) and run --restore again")
+    for name in held:
+        (aside / name).rename(repo / name)
+    if aside.is_dir() and not any(aside.iterdir()):
+        aside.rmdir()
+    return held
+
+
 def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
@@ -294,7 +330,9 @@ def pack(tasks: list[str], out: Path, *, repo: Path = ROOT, python: str = "3.12"
         size, tree = folder_bytes(tmp), travelling_bytes(repo, out)
         if size + tree > limit_mib * 2**20:
             raise UserError(f"device_pack: the pack ({size / 2**20:.1f} MiB) and the files that travel anyway "
-                            f"({tree / 2**20:.1f} MiB) exceed {limit_mib:g} MiB; pack fewer tasks per call")
+                            f"({tree / 2**20:.1f} MiB) exceed {limit_mib:g} MiB; pack fewer tasks per call, "
+                            f"or move {' and '.join(f'{n}/' for n in SET_ASIDE)} out of the tree for the call "
+                            f"with --set-aside (--restore puts them back)")
         manifest["pack_mib"], manifest["tree_mib"] = round(size / 2**20, 2), round(tree / 2**20, 2)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
         old = out.with_name(out.name + ".old")
@@ -413,6 +451,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit-mib", type=float, default=DEVICE_LIMIT_MIB,
                         help="what may travel in one call, this repository's files included")
     there = parser.add_mutually_exclusive_group()
+    there.add_argument("--set-aside", action="store_true",
+                       help=f"here, before the device call: move {', '.join(SET_ASIDE)} to {ASIDE}/ (not carried)")
+    there.add_argument("--restore", action="store_true", help=f"here, after it: move them back from {ASIDE}/")
     there.add_argument("--unpack", metavar="DIR", help="on the device machine: unpack the pack in DIR")
     there.add_argument("--collect", metavar="OUT",
                        help="on the device machine, after training: the rows written since --unpack into "
@@ -422,6 +463,19 @@ def main(argv: list[str] | None = None) -> int:
         if (args.unpack or args.collect) and (args.task or args.suite):
             raise UserError("device_pack: --task and --suite pack here; --unpack and --collect run there, "
                             "without --task")
+        if (args.set_aside or args.restore) and args.task:
+            raise UserError("device_pack: --set-aside and --restore move folders here; give them alone or "
+                            "with --suite")
+        if args.restore:
+            moved = restore(ROOT)
+            print(f"[device_pack] restored {', '.join(f'{n}/' for n in moved) or 'nothing'} from {ASIDE}/")
+            return 0
+        if args.set_aside:
+            moved = set_aside(ROOT)
+            print(f"[device_pack] moved {', '.join(f'{n}/' for n in moved) or 'nothing'} to {ASIDE}/; "
+                  f"after the device call run: python scripts/device_pack.py --restore")
+            if not args.suite:
+                return 0
         if args.collect:
             rows = collect(Path(args.out), Path(args.collect))
             print(f"[device_pack] {args.collect}/rows.tgz: {len(rows)} files" + "".join(f"\n  {r}" for r in rows))
@@ -431,7 +485,12 @@ def main(argv: list[str] | None = None) -> int:
         elif not args.task and not args.suite:
             raise UserError("device_pack: name at least one --task (" + ", ".join(TASK_DATA) + ") or --suite")
         else:
-            manifest = pack(args.task, Path(args.out), python=args.python, limit_mib=args.limit_mib)
+            try:
+                manifest = pack(args.task, Path(args.out), python=args.python, limit_mib=args.limit_mib)
+            except UserError:
+                if args.set_aside:  # no pack: the tree as it was
+                    restore(ROOT)
+                raise
             name = Path(args.out).name
             print(f"[device_pack] {args.out}: {manifest['pack_mib']} MiB for "
                   f"{', '.join(args.task + (['the GPU suite'] if args.suite else []))} "

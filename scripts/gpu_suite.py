@@ -8,6 +8,9 @@
 
        source .device/setup.sh && python3 scripts/gpu_suite.py run --out $OUT
 
+   (``--steps`` runs some of the steps only, e.g. a step that ran out of time, again in a second call with
+   what is left of the device time: ``run --out $OUT --steps speed-throughput --budget-s 200``.)
+
 3. Back here, with that call's ``files_at`` folder (adds the rows to ``results/``, never overwrites)::
 
        .venv/bin/python scripts/gpu_suite.py unpack <files_at>
@@ -15,7 +18,8 @@
 then ``.venv/bin/python -m bench report``.
 
 ``run`` runs five steps in order, each in a process of its own with its own time limit, and goes on after
-a step that fails or runs past its limit (stopped, recorded as timed out):
+a step that fails or runs past its limit (stopped, recorded as timed out).  The order puts correctness first
+and the step that needs the most time last, where it also gets what the earlier steps left unused:
 
 1. ``tests``: the tests that run the Triton kernel and the CUDA paths (:data:`TEST_NODES`) with
    ``TRITON_INTERPRET=0``, the dtype-parametrized ones in fp16 and bf16 (``-k "not fp32"``);
@@ -23,19 +27,22 @@ a step that fails or runs past its limit (stopped, recorded as timed out):
    equal, acm_triton against dense eager, torch.compile dense and the aligned narrow dense MLP (and their
    CUDA-graph replays), every variant at every batch (``full_breakdown=true``), fractions 0 .25 .5 .75 1,
    its own timing (``do_bench``, L2 flushed, 3 interleaved rounds) at 50 ms per point and round;
-3. ``speed-throughput``: ``python -m bench speed`` of the seven methods at ViT-B/16, bf16, batch 128, eager;
-4. ``speed-latency``: the same at batch 1, eager and as CUDA-graph replays;
-5. ``energy`` (``scripts/gpu_energy.py``): the seven methods at f = 0.25 and 1, batch 128, eager: joules per
+3. ``speed-latency``: ``python -m bench speed`` of the seven methods at ViT-B/16, bf16, batch 1, eager and as
+   CUDA-graph replays;
+4. ``energy`` (``scripts/gpu_energy.py``): the seven methods at f = 0.25 and 1, batch 128, eager: joules per
    sample against dense from the GPU's total-energy counter (NVML, through pynvml): idle power measured first
    and subtracted, windows
    of at least 1 s, every method window between two dense windows, a window shorter than the counter's
-   update period flagged; rows to ``results/energy/<run_id>.csv`` (``bench report`` does not read them).
+   update period flagged; rows to ``results/energy/<run_id>.csv`` (``bench report`` does not read them);
+5. ``speed-throughput``: the same as speed-latency at batch 128, eager, in 2 rounds (:data:`THROUGHPUT_ROUNDS`).
 
-The budget (``--budget-s``, default 480 s) is split by :data:`SHARES`: at 480 s tests 72 s, kernels 158 s,
-speed-throughput 82 s, speed-latency 72 s, energy 77 s, and 19 s (:data:`RESERVE`) left for packing and
-slack; a step may use what the steps before it left unused, never the later steps' shares.  A step past its
-limit is stopped with everything it started (SIGTERM, then SIGKILL 5 s later) and its rows are lost (``bench
-kernels`` and ``bench speed`` write at the end).
+The budget (``--budget-s``, default 510 s) is split by :data:`SHARES`, sized from the suite's first run on an
+H200 (kernels 118 s, speed-latency 71 s, energy 71 s; the tests and speed-throughput ran out of 72 s and
+122 s): at 510 s tests 92 s, kernels 112 s, speed-latency 77 s, energy 77 s, speed-throughput 128 s, and 26 s
+(:data:`RESERVE`) left for packing and slack; a step may use what the steps before it left unused, never the
+later steps' shares.  A step past its limit is stopped with everything it started (SIGINT, so that pytest
+prints the failures it has seen, then SIGTERM and SIGKILL) and its rows are lost (``bench kernels`` and
+``bench speed`` write at the end).
 
 Rows are written under a staging ``results/`` folder (``--stage``, default a new folder in /tmp) in the
 layout of this repository's ``results/``, and after every step packed into ``$OUT/results.tgz`` (paths
@@ -82,11 +89,13 @@ SCRIPT = Path(__file__).resolve()
 METHODS = "acm,moefication,avit,early_exit,cct,adatape,act"
 SPEED_FRACTIONS = "0.25,0.5,0.75,1"
 KERNEL_FRACTIONS = ["0", "0.25", "0.5", "0.75", "1"]
-KERNEL_TIMING = ["rounds=3", "min_run_s=0.05"]  # do_bench for 50 ms per point and round (default 100)
+KERNEL_TIMING = ["rounds=3", "min_run_s=0.04"]  # do_bench for 40 ms per point and round (default 100)
+THROUGHPUT_ROUNDS = 2  # one round of the 33 points at batch 128 took 25 s on an H200
 ENERGY_FRACTIONS = "0.25,1"
 # share of the budget per step, in order; RESERVE is left for packing the rows and slack
-SHARES = {"tests": 0.15, "kernels": 0.33, "speed-throughput": 0.17, "speed-latency": 0.15, "energy": 0.16}
-RESERVE = 0.04
+SHARES = {"tests": 0.18, "kernels": 0.22, "speed-latency": 0.15, "energy": 0.15, "speed-throughput": 0.25}
+RESERVE = 0.05
+DEFAULT_BUDGET_S = 510.0
 MIN_STEP_S = 1.0  # a step left less than this is skipped
 # The tests that run the Triton kernel or a CUDA path (grep -rln "cuda\|triton" tests/).  Left out: the
 # device-string spelling tests (tests/test_cli.py, tests/test_failures.py: the same on any machine) and
@@ -137,6 +146,7 @@ def tests_step(out: Path, dry_run: bool) -> Step:
     junit = out / "tests.xml"
     workers = ["-n", "8"] if find_spec("xdist") and not dry_run else []  # compiles in parallel
     argv = [sys.executable, "-m", "pytest", "-q", "-k", "not fp32", "--junitxml", str(junit), *workers,
+            "-rfE", "--tb=short", "--durations=10",  # the failures and the slowest tests, named in the log
             *(DRY_TEST_NODES if dry_run else TEST_NODES)]
     return Step("tests", SHARES["tests"], argv, {"TRITON_INTERPRET": "1" if dry_run else "0"}, junit)
 
@@ -160,6 +170,7 @@ def speed_step(name: str, results: Path, batch: int, graphs: bool, dry_run: bool
                  "rounds=1", "min_run_s=0.01", "threads=1", "max_load=1000", "wait_s=0"]
     else:
         argv += ["arch=b16", "device=cuda", "dtype=bf16", f"batch={batch}", f"fraction={SPEED_FRACTIONS}"]
+        argv += [f"rounds={THROUGHPUT_ROUNDS}"] if batch > 1 else []
     return Step(name, SHARES[name], argv)
 
 
@@ -171,11 +182,22 @@ def energy_step(results: Path, dry_run: bool) -> Step:
     return Step("energy", SHARES["energy"], argv)
 
 
-def plan(out: Path, results: Path, dry_run: bool) -> list[Step]:
-    """The suite's steps, in the order they run."""
-    return [tests_step(out, dry_run), kernels_step(results, dry_run),
-            speed_step("speed-throughput", results, 128, False, dry_run),
-            speed_step("speed-latency", results, 1, True, dry_run), energy_step(results, dry_run)]
+def plan(out: Path, results: Path, dry_run: bool, only: list[str] | None = None) -> list[Step]:
+    """The suite's steps, in the order they run (``only``: these of them, their shares scaled up to the same
+    total)."""
+    steps = [tests_step(out, dry_run), kernels_step(results, dry_run),
+             speed_step("speed-latency", results, 1, True, dry_run), energy_step(results, dry_run),
+             speed_step("speed-throughput", results, 128, False, dry_run)]
+    if not only:
+        return steps
+    unknown = [name for name in only if name not in SHARES]
+    if unknown:
+        raise fail(f"--steps: unknown step {unknown[0]!r}; expected some of {','.join(SHARES)}")
+    kept = [step for step in steps if step.name in only]
+    scale = (1.0 - RESERVE) / sum(step.share for step in kept)
+    for step in kept:
+        step.share *= scale
+    return kept
 
 
 # ------------------------------------------------------------------------------------------ running a step
@@ -189,8 +211,9 @@ def step_limit(steps: list[Step], index: int, budget_s: float, elapsed_s: float)
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """Stop the step's process group (its own session: the step and whatever it started), TERM then KILL."""
-    for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+    """Stop the step's process group (its own session: the step and whatever it started): INT (pytest then
+    prints what failed so far), TERM, then KILL."""
+    for sig, grace in ((signal.SIGINT, 4), (signal.SIGTERM, 3), (signal.SIGKILL, 5)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
@@ -348,8 +371,11 @@ def run_suite(steps: list[Step], out: Path, results: Path, budget_s: float, meta
 
 def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out)
+    only = args.steps.split(",") if args.steps else None
+    plan(out, out / "results", args.dry_run, only)  # an unknown step name stops here, before anything is written
     if args.budget_s < 10:
-        raise fail(f"--budget-s {args.budget_s:g} is too small; give at least 10 seconds (default 480)")
+        raise fail(f"--budget-s {args.budget_s:g} is too small; give at least 10 seconds "
+                   f"(default {DEFAULT_BUDGET_S:g})")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise fail(f"--out {out} is not an empty folder; give the device call's $OUT (or a new folder)")
     out.mkdir(parents=True, exist_ok=True)
@@ -357,9 +383,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     results = stage / "results"
     if results.exists() and any(results.iterdir()):
         raise fail(f"--stage {stage} already holds rows in results/; give a new folder")
-    meta = {"dry_run": args.dry_run, "budget_s": args.budget_s, "git_sha": provenance.git_sha(),
+    meta = {"dry_run": args.dry_run, "budget_s": args.budget_s, "steps": only or list(SHARES),
+            "git_sha": provenance.git_sha(),
             "git_dirty": provenance.git_dirty(), "started": provenance.timestamp(), "stage": str(stage)}
-    outcomes = run_suite(plan(out, results, args.dry_run), out, results, args.budget_s, meta)
+    outcomes = run_suite(plan(out, results, args.dry_run, only), out, results, args.budget_s, meta)
     return 0 if all(o.status in ("ok", "skipped") for o in outcomes) else 1
 
 
@@ -426,7 +453,10 @@ def parser() -> argparse.ArgumentParser:
     verbs = p.add_subparsers(dest="verb", required=True)
     run = verbs.add_parser("run", help="run the suite (on the device machine; --dry-run here)")
     run.add_argument("--out", required=True, help="the device call's $OUT (empty)")
-    run.add_argument("--budget-s", type=float, default=480.0, help="seconds for all the steps (default 480)")
+    run.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
+                     help=f"seconds for all the steps (default {DEFAULT_BUDGET_S:g})")
+    run.add_argument("--steps", default=None,
+                     help=f"comma-separated steps to run (default all, in order: {','.join(SHARES)})")
     run.add_argument("--stage", default=None, help="where the rows are written first (default: a new /tmp folder)")
     run.add_argument("--dry-run", action="store_true", help="the same orchestration on this CPU at tiny sizes")
     back = verbs.add_parser("unpack", help="here: add the returned rows to results/ (never overwrites)")

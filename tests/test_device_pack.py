@@ -263,3 +263,36 @@ def test_cli_errors_are_one_line(capsys, tmp_path):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and says in err, (argv, err)
     assert not (tmp_path / "p").exists() and not (tmp_path / "OUT").exists()
+
+
+def test_set_aside_shrinks_what_travels_and_restore_puts_it_back(fake_sources, tmp_path, monkeypatch, capsys):
+    dp, repo, *_ = fake_sources
+    (repo / "reports").mkdir()
+    (repo / "reports" / "page.md").write_text("x" * 5000)
+    (repo / ".gitignore").write_text("/.aside/\n")
+    _commit(repo, "pages")
+    before = dp.travelling_bytes(repo, tmp_path / "pack")
+    assert dp.set_aside(repo) == ["reports", "results"]
+    assert before - dp.travelling_bytes(repo, tmp_path / "pack") == 5000 + len("a,b\n1,2\n")
+    assert provenance.tree_dirty(repo) is False  # rows made meanwhile stay clean
+    with pytest.raises(UserError, match=r"reports is still set aside from an earlier call; run --restore first"):
+        dp.set_aside(repo)
+    (repo / "results").mkdir()  # e.g. a run wrote a row meanwhile: restoring would lose one of them
+    with pytest.raises(UserError, match=r"both .*results and .*\.aside/results exist; keep one"):
+        dp.restore(repo)
+    assert (repo / ".aside" / "reports").is_dir() and not (repo / "reports").exists()  # nothing moved
+    (repo / "results").rmdir()
+    assert dp.restore(repo) == ["reports", "results"]
+    assert not (repo / ".aside").exists() and _git(repo, "status", "--porcelain") == ""
+
+    # a pack that fails after --set-aside leaves the tree as it was
+    monkeypatch.setattr(dp, "ROOT", repo)
+    monkeypatch.setattr(dp, "pack", lambda *a, **k: (_ for _ in ()).throw(UserError("device_pack: no wheels")))
+    assert dp.main(["--suite", "--set-aside", "--out", str(tmp_path / "p")]) == 2
+    assert capsys.readouterr().err == "device_pack: no wheels\n"
+    assert (repo / "reports" / "page.md").is_file() and not (repo / ".aside").exists()
+    assert dp.main(["--set-aside"]) == 0 and not (repo / "reports").exists()
+    assert "after the device call run: python scripts/device_pack.py --restore" in capsys.readouterr().out
+    assert dp.main(["--restore"]) == 0 and (repo / "reports" / "page.md").is_file()
+    assert dp.main(["--restore", "--task", "iwslt"]) == 2
+    assert "give them alone or with --suite" in capsys.readouterr().err

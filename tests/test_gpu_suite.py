@@ -52,7 +52,7 @@ def test_dry_run_end_to_end_then_unpack(gs, tmp_path, capsys):
     printed = capsys.readouterr().out.strip().splitlines()
     summary = _summary(out)
     steps = {s["step"]: s for s in summary["steps"]}
-    assert list(steps) == ["tests", "kernels", "speed-throughput", "speed-latency", "energy"]
+    assert list(steps) == ["tests", "kernels", "speed-latency", "energy", "speed-throughput"]
     assert summary["suite"]["dry_run"] is True
     assert steps["tests"]["status"] in ("ok", "skipped")  # skipped where Triton is not installed
     for name in ("kernels", "speed-throughput", "speed-latency"):
@@ -107,10 +107,10 @@ def test_a_step_past_its_limit_is_stopped_and_the_next_runs(gs, tmp_path):
     out.mkdir()
     slow = "import subprocess, sys, time; c = subprocess.Popen(['sleep', '60']); " \
            "open(sys.argv[1], 'w').write(str(c.pid)); time.sleep(60)"
-    steps = _steps(gs, ("slow", 0.2, slow, str(pidfile)), ("next", 0.76, "print('ran')"))
+    steps = _steps(gs, ("slow", 0.2, slow, str(pidfile)), ("next", 0.75, "print('ran')"))
     start = time.monotonic()
-    # slow: 30 s x (0.96 - 0.76) = 6 s, time enough for its Python to start and write its child's pid on a busy
-    # machine; next keeps at least 30 x 0.96 - (6 s + the stop's grace) of the budget even when stopping slow
+    # slow: 30 s x (0.95 - 0.75) = 6 s, time enough for its Python to start and write its child's pid on a busy
+    # machine; next keeps at least 30 x 0.95 - (6 s + the stop's grace) of the budget even when stopping slow
     # takes seconds on a loaded machine
     outcomes = gs.run_suite(steps, out, results, 30, {})
     assert time.monotonic() - start < 45
@@ -125,18 +125,28 @@ def test_the_budget_split(gs, tmp_path):
     assert sum(s.share for s in steps) + gs.RESERVE == pytest.approx(1.0)
     spent, limits = 0.0, []
     for i, step in enumerate(steps):  # every step uses its whole limit: each gets its share
-        limits.append(gs.step_limit(steps, i, 480, spent))
+        limits.append(gs.step_limit(steps, i, gs.DEFAULT_BUDGET_S, spent))
         spent += limits[-1]
-    assert [round(x, 1) for x in limits] == [72.0, 158.4, 81.6, 72.0, 76.8]
+    assert [round(x, 1) for x in limits] == [91.8, 112.2, 76.5, 76.5, 127.5]
+    assert 510 * (1 - gs.RESERVE) + 20 <= 540  # the steps, and setup.sh's install, fit the device call
     # a step that finishes early leaves its time to the next one, never to the later steps' shares
-    assert gs.step_limit(steps, 1, 480, 10.0) == pytest.approx(480 * (1 - 0.04 - 0.48) - 10)
+    assert gs.step_limit(steps, 1, 510, 10.0) == pytest.approx(510 * (1 - 0.05 - 0.55) - 10)
     assert [s.name for s in steps] == list(gs.SHARES)
     kernels = steps[1].argv
     assert "batch=1,8,32,128" in kernels and "full_breakdown=true" in kernels and "dtype=bf16" in kernels
     assert "k_mode=iid,equal" in kernels
-    assert "batch=128" in steps[2].argv and "cuda_graphs=false" in steps[2].argv
-    assert "batch=1" in steps[3].argv and "cuda_graphs=true" in steps[3].argv
+    assert "batch=1" in steps[2].argv and "cuda_graphs=true" in steps[2].argv
+    assert not any(a.startswith("rounds=") for a in steps[2].argv)  # the speed default, 3
+    assert "batch=128" in steps[4].argv and "cuda_graphs=false" in steps[4].argv and "rounds=2" in steps[4].argv
     assert steps[0].env == {"TRITON_INTERPRET": "0"}
+
+
+def test_some_steps_only_share_the_budget(gs, tmp_path):
+    steps = gs.plan(tmp_path / "OUT", tmp_path / "results", dry_run=False, only=["speed-throughput", "tests"])
+    assert [s.name for s in steps] == ["tests", "speed-throughput"]  # in the suite's order
+    assert sum(s.share for s in steps) + gs.RESERVE == pytest.approx(1.0)
+    assert steps[1].share / steps[0].share == pytest.approx(gs.SHARES["speed-throughput"] / gs.SHARES["tests"])
+    assert gs.step_limit(steps, 1, 200, 0.0) == pytest.approx(200 * (1 - gs.RESERVE))
 
 
 def test_the_tests_step_selects_the_kernel_and_cuda_tests_in_fp16_and_bf16(gs, tmp_path):
@@ -248,6 +258,7 @@ def test_bad_input_is_one_line(gs, tmp_path, capsys):
     cases = [(["run"], "the following arguments are required: --out"),
              (["run", "--out", str(tmp_path / "full")], "is not an empty folder"),
              (["run", "--out", str(tmp_path / "o"), "--budget-s", "1"], "--budget-s 1 is too small"),
+             (["run", "--out", str(tmp_path / "o"), "--steps", "kernels,speed"], "unknown step 'speed'"),
              (["unpack", str(tmp_path)], "holds neither results.tgz nor results/"),
              (["energy", "--window-s", "0.5"], "--window-s and --idle-s must be at least 1 s"),
              (["energy", "--fractions", "2"], "is out of range; expected <= 1.0"),
