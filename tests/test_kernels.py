@@ -256,3 +256,26 @@ def test_fit_line_exact():
     assert fit["intercept"] == pytest.approx(0.05) and fit["slope"] == pytest.approx(0.9)
     assert fit["r2"] == pytest.approx(1.0) and fit["max_residual"] == pytest.approx(0.0, abs=1e-12)
     assert fit["t025_rel"] == pytest.approx(0.275) and fit["t1_rel"] == pytest.approx(0.95)
+
+
+def test_kernel_page_draws_each_device_beside_the_cpu(tmp_path):
+    """A GPU run's figure and table join the CPU's (the CPU keeps kernel_latency.png) instead of replacing them."""
+    import pandas as pd
+
+    from helpers import ROOT
+    from methods.acm.kernels.page import kernel_page
+
+    cpu_rows = sorted(p for p in (ROOT / "results" / "kernels").glob("*.csv") if not p.name.endswith(".fit.csv"))[-1]
+    frame = pd.read_csv(cpu_rows)
+    (tmp_path / "results" / "kernels").mkdir(parents=True)
+    (tmp_path / "reports").mkdir()
+    frame.to_csv(tmp_path / "results" / "kernels" / "cpu.csv", index=False)
+    gpu = frame.assign(device="cuda", device_name="cuda: a GPU", run_id="20260101T000000Z-cuda-bf16",
+                       timestamp="2026-01-01T00:00:00Z")  # older than the CPU run: still drawn
+    gpu.to_csv(tmp_path / "results" / "kernels" / "gpu.csv", index=False)
+    written = kernel_page(tmp_path / "results", tmp_path / "reports")
+    assert [Path(p).name for p in written] == ["kernel_latency.png", "kernel_latency_cuda.png", "kernel_fit.md"]
+    page = (tmp_path / "reports" / "kernel_fit.md").read_text()
+    assert page.index("## cpu") < page.index("](kernel_latency.png)") < page.index("## cuda") \
+        < page.index("](kernel_latency_cuda.png)") and "on cuda: a GPU" in page
+    assert page.count("| batch | k\\_mode | variant |") == 2
