@@ -243,11 +243,16 @@ def travelling_bytes(repo: Path, out: Path) -> int:
     return total
 
 
+def _held(aside: Path) -> list[str]:
+    """Which of :data:`SET_ASIDE` the ``.aside/`` folder holds."""
+    return [name for name in SET_ASIDE if (aside / name).exists()]
+
+
 def set_aside(repo: Path = ROOT) -> list[str]:
     """Move :data:`SET_ASIDE` under ``repo/.aside/`` (one ``rename`` each, nothing copied); returns what moved.
     Refused, with nothing moved, while an earlier set-aside is still there."""
     aside = repo / ASIDE
-    held = [name for name in SET_ASIDE if (aside / name).exists()]
+    held = _held(aside)
     if held:
         raise UserError(f"device_pack: {aside / held[0]} is still set aside from an earlier call; "
                         f"run --restore first")
@@ -262,7 +267,7 @@ def restore(repo: Path = ROOT) -> list[str]:
     """Move what :func:`set_aside` moved back into the tree; returns what moved.  Refused, with nothing
     moved, where the tree holds that folder again (e.g. a ``git checkout`` brought it back)."""
     aside = repo / ASIDE
-    held = [name for name in SET_ASIDE if (aside / name).exists()]
+    held = _held(aside)
     clash = next((name for name in held if (repo / name).exists()), None)
     if clash:
         raise UserError(f"device_pack: both {repo / clash} and {aside / clash} exist; keep one (rows written "

@@ -26,7 +26,7 @@ and the step that needs the most time last, where it also gets what the earlier 
 2. ``kernels``: ``python -m bench kernels`` on the ViT-B ACM layer, bf16, batches 1 8 32 128, k iid and
    equal, acm_triton against dense eager, torch.compile dense and the aligned narrow dense MLP (and their
    CUDA-graph replays), every variant at every batch (``full_breakdown=true``), fractions 0 .25 .5 .75 1,
-   its own timing (``do_bench``, L2 flushed, 3 interleaved rounds) at 50 ms per point and round;
+   its own timing (``do_bench``, L2 flushed, 3 interleaved rounds) at 40 ms per point and round;
 3. ``speed-latency``: ``python -m bench speed`` of the seven methods at ViT-B/16, bf16, batch 1, eager and as
    CUDA-graph replays;
 4. ``energy`` (``scripts/gpu_energy.py``): the seven methods at f = 0.25 and 1, batch 128, eager: joules per
@@ -162,7 +162,8 @@ def kernels_step(results: Path, dry_run: bool) -> Step:
     return Step("kernels", SHARES["kernels"], argv)
 
 
-def speed_step(name: str, results: Path, batch: int, graphs: bool, dry_run: bool) -> Step:
+def speed_step(name: str, results: Path, batch: int, graphs: bool, dry_run: bool, rounds: int | None = None
+               ) -> Step:
     argv = [sys.executable, "-m", "bench", "speed", f"method={METHODS}", "task=imagenet",
             f"cuda_graphs={str(graphs).lower()}", f"results_dir={results}"]
     if dry_run:
@@ -170,7 +171,7 @@ def speed_step(name: str, results: Path, batch: int, graphs: bool, dry_run: bool
                  "rounds=1", "min_run_s=0.01", "threads=1", "max_load=1000", "wait_s=0"]
     else:
         argv += ["arch=b16", "device=cuda", "dtype=bf16", f"batch={batch}", f"fraction={SPEED_FRACTIONS}"]
-        argv += [f"rounds={THROUGHPUT_ROUNDS}"] if batch > 1 else []
+        argv += [f"rounds={rounds}"] if rounds else []  # else bench speed's default
     return Step(name, SHARES[name], argv)
 
 
@@ -182,17 +183,25 @@ def energy_step(results: Path, dry_run: bool) -> Step:
     return Step("energy", SHARES["energy"], argv)
 
 
+def chosen_steps(text: str | None) -> list[str] | None:
+    """``--steps``: the named steps (None: all of them); an unknown name is one line."""
+    if not text:
+        return None
+    names = text.split(",")
+    unknown = [name for name in names if name not in SHARES]
+    if unknown:
+        raise fail(f"--steps: unknown step {unknown[0]!r}; expected some of {','.join(SHARES)}")
+    return names
+
+
 def plan(out: Path, results: Path, dry_run: bool, only: list[str] | None = None) -> list[Step]:
     """The suite's steps, in the order they run (``only``: these of them, their shares scaled up to the same
     total)."""
     steps = [tests_step(out, dry_run), kernels_step(results, dry_run),
              speed_step("speed-latency", results, 1, True, dry_run), energy_step(results, dry_run),
-             speed_step("speed-throughput", results, 128, False, dry_run)]
+             speed_step("speed-throughput", results, 128, False, dry_run, THROUGHPUT_ROUNDS)]
     if not only:
         return steps
-    unknown = [name for name in only if name not in SHARES]
-    if unknown:
-        raise fail(f"--steps: unknown step {unknown[0]!r}; expected some of {','.join(SHARES)}")
     kept = [step for step in steps if step.name in only]
     scale = (1.0 - RESERVE) / sum(step.share for step in kept)
     for step in kept:
@@ -371,8 +380,7 @@ def run_suite(steps: list[Step], out: Path, results: Path, budget_s: float, meta
 
 def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    only = args.steps.split(",") if args.steps else None
-    plan(out, out / "results", args.dry_run, only)  # an unknown step name stops here, before anything is written
+    only = chosen_steps(args.steps)  # before anything is written
     if args.budget_s < 10:
         raise fail(f"--budget-s {args.budget_s:g} is too small; give at least 10 seconds "
                    f"(default {DEFAULT_BUDGET_S:g})")

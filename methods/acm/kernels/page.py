@@ -36,10 +36,11 @@ def kernel_page(results_dir: Path, reports_dir: Path) -> list[str]:
     rows = load_kernel_rows(results_dir)
     if rows.empty:
         return []
-    devices = sorted(rows["device"].astype(str).unique(), key=lambda device: (device != "cpu", device))
+    device_of = rows["device"].astype(str)
+    devices = sorted(device_of.unique(), key=lambda device: (device != "cpu", device))
     written, sections = [], []
     for device in devices:
-        mine = rows[rows["device"].astype(str) == device]
+        mine = rows[device_of == device]
         latest = mine[mine["run_id"] == mine.sort_values("timestamp")["run_id"].iloc[-1]]
         figure = Path(plot_kernel_rows(latest, reports_dir / figure_name(device)))
         written.append(str(figure))
