@@ -289,3 +289,15 @@ def test_length_bucketed_batches_cover_the_epoch_with_less_padding(tmp_path):
 
     plain = _task(tmp_path, "iwslt.bucket=1", "iwslt.max_tokens=40")
     assert padded_tokens(task) < 0.9 * padded_tokens(plain)
+
+
+@pytest.mark.parametrize("value, oracle", [("ae1.5", "correctness"), ("0.99", "likelihood"), ("argmax", "")])
+def test_exit_panel_titles_are_short_lines(value, oracle):
+    """Each line of an exit-depth panel's title fits a 3.6-inch panel (about 30 characters at 9 pt), so
+    titles of neighbouring panels cannot run into each other; the oracle is named only when given."""
+    from tasks.iwslt.figures import _panel_title
+
+    lines = _panel_title(value, oracle, 177).split("\n")
+    assert max(len(line) for line in lines) <= 30
+    assert (f"{oracle} oracle" in lines) == bool(oracle)
+    assert lines[-1] == "≥ 177 tokens per position"

@@ -157,9 +157,8 @@ def translation_figures(rows: pd.DataFrame, results_dir: Path, reports_dir: Path
                 grid = grid / np.maximum(grid.sum(axis=0, keepdims=True), 1)
                 im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=1,
                                extent=(0.5, positions + 0.5, 0.5, blocks + 0.5))
-                ax.set(title=_knob_title(value) + (f" ({oracle} oracle)" if several and oracle else "")
-                       + f"\n(≥ {fewest} tokens per position)",
-                       xlabel="output token position", ylabel="exit block", yticks=range(1, blocks + 1))
+                ax.set_title(_panel_title(value, oracle if several else "", fewest), fontsize=9)
+                ax.set(xlabel="output token position", ylabel="exit block", yticks=range(1, blocks + 1))
             for ax in list(axes.flat)[len(panels):]:
                 ax.axis("off")
             fig.colorbar(im, ax=axes.ravel().tolist(), label="share of tokens at the position")
@@ -186,3 +185,10 @@ def _knob_title(value: str) -> str:
     if value.startswith("ae"):
         return f"τ_n tuned on valid, AE ≤ {value[2:]}"
     return f"τ = {value}"
+
+
+def _panel_title(value: str, oracle: str, fewest: int) -> str:
+    """One short line each for the knob, the oracle (when the figure mixes oracles) and the sample size,
+    so that neighbouring panel titles never run into each other."""
+    lines = [_knob_title(value)] + ([f"{oracle} oracle"] if oracle else []) + [f"≥ {fewest} tokens per position"]
+    return "\n".join(lines)
