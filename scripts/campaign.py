@@ -6,6 +6,7 @@ one training at a time (the machine has 2 cores).
     nohup python scripts/campaign.py --until 06:50 > campaign.log 2>&1 &
     python scripts/campaign.py --until 06:50 --fill   # skip what does not fit, run what does
     python scripts/campaign.py --jobs 2 --match recipe=paper --seeds 0   # two one-thread trainings at once
+    python scripts/campaign.py --nproc 2 --match "method=cct task=imagenet"  # one training on two ranks (DDP)
 
 The campaign is resumable: a command whose rows all exist is skipped (:func:`has_rows`, the test ``bench
 run`` applies) and an interrupted training resumes from its checkpoint, so running the script again
@@ -15,7 +16,9 @@ trained bases) does not outlive the machine.
 The options (``--help``; docs/reproducing.md tells how to use them): ``--until`` and ``--fill`` fit the
 commands into a session (its machine, and a training cut off at its end, do not outlive it); ``--seeds``,
 ``--task`` and ``--match`` restrict the plan; ``--jobs N`` runs N commands at once, each on its share of the
-CPUs (:func:`run_parallel`); ``--export-bases`` ships every dense base the campaign trains as soon as it is
+CPUs (:func:`run_parallel`); ``--nproc N`` trains each one-at-a-time command on N data-parallel ranks
+(torchrun, one thread each: for one long training, which the ranks finish sooner than one process does);
+``--export-bases`` ships every dense base the campaign trains as soon as it is
 trained (:class:`BaseShipper`), so that a later session's fresh machine starts from it; ``--commit`` commits
 each finished command's rows, shipped base and wall time (:func:`commit_finished`).  SIGINT or SIGTERM stops
 the campaign and its commands, which save their checkpoints (:func:`stoppable`).
@@ -384,11 +387,21 @@ def stoppable() -> None:
     signal.signal(signal.SIGTERM, _terminated)
 
 
-def run_in_foreground(line: list[str], seed: int, point: Point, shipper: BaseShipper | None) -> int:
+def launch(line: list[str], nproc: int = 1) -> list[str]:
+    """The argv that runs a ``python -m bench run ...`` line: this interpreter, or with ``nproc`` > 1 torchrun
+    starting that many data-parallel ranks of it on this machine (a row does not depend on how many
+    processes trained its model; it records the number as ``world_size``)."""
+    if nproc <= 1:
+        return [sys.executable, *line[1:]]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *line[1:]]
+
+
+def run_in_foreground(line: list[str], seed: int, point: Point, shipper: BaseShipper | None, nproc: int = 1) -> int:
     """Run one command of the one-at-a-time campaign, its output on the campaign's, and return its exit code.
     The command runs in its own session, so a Ctrl-C (or SIGINT to the campaign) reaches it once, forwarded:
-    the training saves its checkpoint and stops (130).  With ``shipper``, its base ships once trained."""
-    process = subprocess.Popen([sys.executable, *line[1:]], cwd=ROOT, start_new_session=True)
+    the training saves its checkpoint and stops (130; under torchrun its ranks get SIGTERM and do the same).
+    With ``shipper``, its base ships once trained.  ``nproc``: ranks (:func:`launch`)."""
+    process = subprocess.Popen(launch(line, nproc), cwd=ROOT, start_new_session=True)
     try:
         while process.poll() is None:
             time.sleep(1)
@@ -501,6 +514,10 @@ def main(argv: list[str] | None = None) -> int:
                              "all usable CPUs (default: per task, the thread count its dense base trained fastest "
                              "at in results/throughput, e.g. 1 for imagenet on 2 cores; all usable CPUs for a task "
                              "measured at fewer than two counts; 0 = all usable CPUs)")
+    parser.add_argument("--nproc", type=int, default=1,
+                        help="data-parallel ranks per one-at-a-time command (torchrun, one training thread each; "
+                             "default 1): two ranks end one long training sooner than one process does, while "
+                             "--jobs 2 gets more steps in all from several commands")
     parser.add_argument("--export-bases", action="store_true",
                         help="ship every dense base this machine trains (artifacts/, within 64 MB in all), so a "
                              "later session's fresh machine installs it instead of training it; commit them")
@@ -516,12 +533,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.train_threads is not None and args.jobs > 1:
         parser.error("--train-threads is the one-at-a-time campaign's; with --jobs each command trains and times "
                      "on its share of the CPUs")
+    if args.nproc < 1:
+        parser.error("--nproc must be at least 1")
+    if args.nproc > 1 and (args.jobs > 1 or args.train_threads is not None):
+        parser.error("--nproc trains one command at a time on one thread per rank: leave out --jobs and "
+                     "--train-threads")
     if args.fill and not args.until:
         parser.error("--fill needs --until (the stop time it fills up to)")
     seeds = tuple(int(s) for s in args.seeds.split(","))
     plan = matching(planned(seeds, tuple(t for t in TASK_ORDER if not args.task or t in args.task)), args.match)
     times = Path(args.times)
-    train_threads = training_threads(tuple({point.task for _, point in plan}), args.train_threads)
+    train_threads = training_threads(tuple({point.task for _, point in plan}),
+                                     1 if args.nproc > 1 else args.train_threads)
     if args.status:
         print("\n".join(status(plan, read_times(times), row_train_times(), throughput_estimator(train_threads))))
         return 0
@@ -575,9 +598,10 @@ def main(argv: list[str] | None = None) -> int:
             break
         record(times, seed, point, START)
         start = time.time()
-        print(f"[campaign] {i}/{len(plan)} {dt.datetime.now(dt.timezone.utc):%H:%M:%S} {shlex.join(line)}",
+        print(f"[campaign] {i}/{len(plan)} {dt.datetime.now(dt.timezone.utc):%H:%M:%S} "
+              f"{shlex.join(line if args.nproc == 1 else ['torchrun', f'--nproc_per_node={args.nproc}', *line[1:]])}",
               flush=True)
-        rc = run_in_foreground(line, seed, point, shipper)
+        rc = run_in_foreground(line, seed, point, shipper, args.nproc)
         seconds = time.time() - start
         print(f"[campaign] rc={rc} after {seconds:.0f} s", flush=True)
         if rc == 130:  # interrupted: stop the campaign too

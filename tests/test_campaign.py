@@ -594,6 +594,36 @@ def test_train_threads_is_refused_with_jobs(capsys):
     assert exit_.value.code == 2 and "--train-threads is the one-at-a-time campaign's" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("args", [["--nproc", "0"], ["--nproc", "2", "--jobs", "2"],
+                                  ["--nproc", "2", "--train-threads", "2"]])
+def test_nproc_is_refused_with_what_it_replaces(args, capsys):
+    campaign = _campaign()
+    with pytest.raises(SystemExit) as exit_:
+        campaign.main([*args, "--list"])
+    assert exit_.value.code == 2 and "--nproc" in capsys.readouterr().err
+
+
+def test_nproc_runs_each_command_on_torchrun_ranks_of_one_training_thread(tmp_path, monkeypatch, capsys):
+    """``--nproc 2``: the command line (what its rows record) trains on one thread per rank and times on all
+    usable CPUs; it is launched by torchrun with two ranks, and one process runs it as before."""
+    import sys
+
+    campaign = _campaign()
+    launched = []
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
+    monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(campaign, "run_in_foreground",
+                        lambda line, seed, point, shipper, nproc=1: launched.append(campaign.launch(line, nproc)) or 0)
+    assert campaign.main(["--task", "parity", "--seeds", "0", "--match", "method=dense", "--nproc", "2",
+                          "--times", str(tmp_path / "times.tsv")]) == 0
+    assert launched and all(argv[:5] == [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                         "--nproc_per_node=2"] and argv[5:8] == ["-m", "bench", "run"]
+                            and argv[-3:-1] == ["threads=2", "train_threads=1"] for argv in launched)
+    assert "torchrun --nproc_per_node=2 -m bench run method=dense" in capsys.readouterr().out
+    line = ["python", "-m", "bench", "run", "method=dense"]
+    assert campaign.launch(line) == [sys.executable, *line[1:]]
+
+
 def test_training_threads_are_the_fastest_measured_count_of_the_task():
     _campaign()
     estimate = load_script("campaign_estimate")
