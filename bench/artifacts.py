@@ -8,6 +8,13 @@ stage is installed from it (the sha256 checked first) instead of being trained; 
 Because the name holds the cache key, a version bump or another config names another file, and a shipped
 artefact is never used for a stage it was not trained as.  ``scripts/export_base.py`` writes one from a
 trained cache entry.
+
+An unfinished stage can ship too: its resumable checkpoint (``<name>-<key>.partial.pt``: weights, optimizer,
+schedule, step; read back with ``weights_only=True``, so it holds tensors and plain values only) beside
+``<name>-<key>.partial.json`` (its step, training time, sha256 and the command that trained it).  When the
+cache has neither the finished stage nor a checkpoint of its own to resume, the shipped one is copied in and the
+stage resumes from its step, exactly as it would have on the machine that stopped it (a long training that
+does not fit into one machine's time goes on on the next; ``scripts/campaign.py --pause-at``).
 """
 
 from __future__ import annotations
@@ -97,3 +104,75 @@ def export(ckpt: Path, key: Any, *, overrides: list[str], command: str, git_sha:
             "trained_on": machine, "sha256": sha256(weights)}
     weights.with_suffix(".json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
     return weights
+
+
+PARTIAL_SUFFIX = ".partial.pt"
+
+
+def shipped_partial_path(ckpt: Path, root: Path | None = None) -> Path:
+    """Where the shipped resumable checkpoint of the unfinished stage ``ckpt`` lives."""
+    return shipped_path(ckpt, root).with_name(f"{Path(ckpt).stem}{PARTIAL_SUFFIX}")
+
+
+def _partial_meta(path: Path) -> Path:
+    return path.with_name(path.name.replace(PARTIAL_SUFFIX, ".partial.json"))
+
+
+def find_partial(ckpt: Path, root: Path | None = None) -> Shipped | None:
+    """The shipped resumable checkpoint of the stage ``ckpt``, or None."""
+    state = shipped_partial_path(ckpt, root)
+    meta = _partial_meta(state)
+    if not (state.exists() and meta.exists()):
+        return None
+    return Shipped(state, json.loads(meta.read_text()))
+
+
+def install_partial(shipped: Shipped, partial: Path) -> None:
+    """Copy a shipped resumable checkpoint to ``partial`` (the cache's), its sha256 checked and its contents
+    read with ``weights_only=True`` first; the trainer then resumes from its step."""
+    import torch
+
+    actual = sha256(shipped.weights)
+    if actual != shipped.meta["sha256"]:
+        raise UserError(f"shipped checkpoint {shipped.weights} does not match its sha256 in "
+                        f"{_partial_meta(shipped.weights).name} ({actual[:12]} vs {shipped.meta['sha256'][:12]}); "
+                        "restore it (git checkout -- artifacts) or run with shipped=false to train the stage")
+    try:
+        state = torch.load(shipped.weights, map_location="cpu", weights_only=True)
+    except Exception as err:  # unpickling refuses anything but tensors and plain values
+        raise UserError(f"shipped checkpoint {shipped.weights} holds more than tensors and plain values "
+                        f"({str(err).splitlines()[0][:120]}); delete it or run with shipped=false") from None
+    atomic_save(state, partial)
+    log.info("resuming %s from the shipped checkpoint %s at step %d (trained by: %s)", Path(partial).name,
+             shipped.weights.relative_to(shipped.weights.parents[2]), int(shipped.meta["step"]),
+             shipped.meta["command"])
+
+
+def export_partial(partial: Path, *, command: str, git_sha: str, machine: str, root: Path | None = None) -> Path:
+    """Ship the resumable checkpoint ``partial`` (``<cache>/<task>/<owner>/<name>-<key>.partial.pt``) under
+    ``root``; the path written.  It must load with ``weights_only=True`` (what :func:`install_partial` does)."""
+    import torch
+
+    partial = Path(partial)
+    state = torch.load(partial, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or not {"model", "optimizer", "step"} <= set(state):
+        raise UserError(f"{partial} is not a resumable stage checkpoint (no model, optimizer or step)")
+    ckpt = partial.with_name(partial.name.replace(PARTIAL_SUFFIX, ".pt"))
+    target = shipped_partial_path(ckpt, root)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_save(state, target)
+    os.chmod(target, 0o644)
+    meta = {"step": int(state["step"]), "time_s": round(float(state["time_s"]), 1), "command": command,
+            "git_sha": git_sha, "trained_on": machine, "sha256": sha256(target)}
+    _partial_meta(target).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    return target
+
+
+def drop_partial(ckpt: Path, root: Path | None = None) -> bool:
+    """Remove the shipped resumable checkpoint of the stage ``ckpt`` (once the stage is finished); whether
+    there was one."""
+    state = shipped_partial_path(ckpt, root)
+    found = state.exists()
+    for path in (state, _partial_meta(state)):
+        path.unlink(missing_ok=True)
+    return found

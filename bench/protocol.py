@@ -40,6 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from bench import artifacts, registry
+from bench import train as train_module
 from bench.api import Batch
 from bench.errors import UserError
 from bench.recipes import Recipe
@@ -259,7 +260,18 @@ def stage_state(run: "RunContext", owner: str, name: str, key: Any) -> str:
         return "cached"
     if run.shipped and artifacts.find(run.stage_path(owner, name, key)) is not None:
         return "shipped"
-    return "to train"
+    return "to train" + (f" from step {resume} of a shipped checkpoint" if (resume := shipped_step(run, owner, name, key))
+                         else "")
+
+
+def shipped_step(run: "RunContext", owner: str, name: str, key: Any) -> int:
+    """The step an unfinished stage resumes at from its shipped resumable checkpoint (0: none, or this cache
+    has a checkpoint of its own to resume)."""
+    ckpt = run.stage_path(owner, name, key)
+    if not run.shipped or train_module.partial_path(ckpt).exists():
+        return 0
+    shipped = artifacts.find_partial(ckpt)
+    return int(shipped.meta["step"]) if shipped is not None else 0
 
 
 def describe_plan(method: "Method", the_plan: Plan) -> tuple[str, int]:
@@ -276,7 +288,8 @@ def describe_plan(method: "Method", the_plan: Plan) -> tuple[str, int]:
         if planned.steps:
             state = stage_state(run, run.method, planned.stage.name, planned.key)
             parts.append(f"{planned.stage.name} {planned.steps} steps ({state})")
-            steps_left += planned.steps if state == "to train" else 0
+            if state.startswith("to train"):
+                steps_left += planned.steps - shipped_step(run, run.method, planned.stage.name, planned.key)
     return ", then ".join(parts) or "nothing to train", steps_left
 
 

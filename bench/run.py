@@ -102,6 +102,8 @@ class RunContext:
             shipped = artifacts.find(ckpt) if distributed.is_main() and self.shipped else None
             if shipped is not None and not train.is_done(ckpt):  # a file check first: no load without one
                 artifacts.install(shipped, ckpt)
+            elif distributed.is_main() and self.shipped and not ckpt.exists():
+                self._resume_shipped(ckpt)
             distributed.barrier()
             torch.manual_seed(self.seed)
             model.to(self.device)
@@ -113,6 +115,14 @@ class RunContext:
             self.train_time_s += result.time_s
         model.eval()
         return result
+
+    @staticmethod
+    def _resume_shipped(ckpt: Path) -> None:
+        """An unfinished stage that this cache cannot resume but whose resumable checkpoint ships: copy it in."""
+        partial = train.partial_path(ckpt)
+        shipped = artifacts.find_partial(ckpt)
+        if shipped is not None and not partial.exists():
+            artifacts.install_partial(shipped, partial)
 
     def fit_stage(self, model: nn.Module, planned: PlannedStage, *, owner: str,
                   batch_fn: Callable[[int], Batch], seed: int,

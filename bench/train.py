@@ -60,7 +60,8 @@ class FitResult:
     resumed_from: int
 
 
-def _partial(path: Path) -> Path:
+def partial_path(path: Path) -> Path:
+    """The resumable checkpoint of the stage whose finished checkpoint is ``path``."""
     return path.with_name(path.name.replace(".pt", "") + ".partial.pt")
 
 
@@ -151,7 +152,7 @@ def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[n
     optimizer = _optimizer(params, lr, weight_decay, precision)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_schedule(warmup, steps))
     scaler = amp.grad_scaler(precision, device)
-    partial = _partial(ckpt)
+    partial = partial_path(ckpt)
     state = _resume(partial, model, optimizer, scheduler, device)
     start, elapsed, losses = 0, 0.0, _LossLog()
     if state is not None:

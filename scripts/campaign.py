@@ -7,6 +7,7 @@ one training at a time (the machine has 2 cores).
     python scripts/campaign.py --until 06:50 --fill   # skip what does not fit, run what does
     python scripts/campaign.py --jobs 2 --match recipe=paper --seeds 0   # two one-thread trainings at once
     python scripts/campaign.py --nproc 2 --match "method=cct task=imagenet"  # one training on two ranks (DDP)
+    python scripts/campaign.py --pause-at 08:20 --commit   # at 08:20 stop and ship the unfinished stage
 
 The campaign is resumable: a command whose rows all exist is skipped (:func:`has_rows`, the test ``bench
 run`` applies) and an interrupted training resumes from its checkpoint, so running the script again
@@ -18,6 +19,8 @@ commands into a session (its machine, and a training cut off at its end, do not 
 ``--task`` and ``--match`` restrict the plan; ``--jobs N`` runs N commands at once, each on its share of the
 CPUs (:func:`run_parallel`); ``--nproc N`` trains each one-at-a-time command on N data-parallel ranks
 (torchrun, one thread each: for one long training, which the ranks finish sooner than one process does);
+``--pause-at HH:MM`` stops the running command at that time and ships its unfinished stages' resumable
+checkpoints (scripts/campaign_partials.py), so the same command on a later machine resumes from that step;
 ``--export-bases`` ships every dense base the campaign trains as soon as it is
 trained (:class:`BaseShipper`), so that a later session's fresh machine starts from it; ``--commit`` commits
 each finished command's rows, shipped base and wall time (:func:`commit_finished`).  SIGINT or SIGTERM stops
@@ -53,6 +56,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # scripts are not a package: 
 from campaign_plan import (CALIBRATION, CONTROL, DEFERRED, ONE_SEED, PLAN, RUN, SETTLED, TASK_MAJOR,  # noqa: E402,F401
                            TASK_ORDER, Point, command, commands, is_base, matching, planned, point_id, row_point,
                            starts_from_base)
+import campaign_partials  # noqa: E402
 from campaign_times import (START, estimates, read_times, record, record_time,  # noqa: E402,F401
                             row_train_times, descends)
 
@@ -227,7 +231,7 @@ def base_trained(seed: int, task: str) -> bool:
     return train.is_done(ckpt) or artifacts.find(ckpt) is not None
 
 
-SHIPPED_LIMIT = 64 * 2 ** 20  # bytes of shipped weights the repository holds at most (artifacts/)
+SHIPPED_LIMIT = campaign_partials.SHIPPED_LIMIT
 
 
 def export_new_base(seed: int, task: str, trained_by: list[str] | None = None) -> Path | None:
@@ -242,8 +246,7 @@ def export_new_base(seed: int, task: str, trained_by: list[str] | None = None) -
     ckpt = base_checkpoint(seed, task)
     if artifacts.find(ckpt) is not None or not train.is_done(ckpt):
         return None
-    shipped = sum(p.stat().st_size for p in (ROOT / "artifacts").rglob("*.safetensors"))
-    if shipped + ckpt.stat().st_size > SHIPPED_LIMIT:
+    if campaign_partials.shipped_bytes(ROOT / "artifacts") + ckpt.stat().st_size > SHIPPED_LIMIT:
         print(f"[campaign] not exporting the {task} base of seed {seed}: the shipped weights would pass "
               f"{SHIPPED_LIMIT >> 20} MB", flush=True)
         return None
@@ -396,15 +399,19 @@ def launch(line: list[str], nproc: int = 1) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *line[1:]]
 
 
-def run_in_foreground(line: list[str], seed: int, point: Point, shipper: BaseShipper | None, nproc: int = 1) -> int:
+def run_in_foreground(line: list[str], seed: int, point: Point, shipper: BaseShipper | None, nproc: int = 1,
+                      pause_at: float | None = None) -> int:
     """Run one command of the one-at-a-time campaign, its output on the campaign's, and return its exit code.
     The command runs in its own session, so a Ctrl-C (or SIGINT to the campaign) reaches it once, forwarded:
     the training saves its checkpoint and stops (130; under torchrun its ranks get SIGTERM and do the same).
-    With ``shipper``, its base ships once trained.  ``nproc``: ranks (:func:`launch`)."""
+    With ``shipper``, its base ships once trained.  ``nproc``: ranks (:func:`launch`).  At ``pause_at`` (a
+    time.time()) the command is stopped as by a Ctrl-C (130)."""
     process = subprocess.Popen(launch(line, nproc), cwd=ROOT, start_new_session=True)
     try:
         while process.poll() is None:
             time.sleep(1)
+            if pause_at is not None and time.time() >= pause_at:
+                raise KeyboardInterrupt
             if shipper is not None:
                 shipper.poll([(seed, point, line)], time.time())
     except KeyboardInterrupt:
@@ -486,6 +493,22 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
     return 1 if failed else 0
 
 
+def utc_clock(text: str) -> dt.datetime:
+    """The next UTC time ``HH:MM`` (a time already past today means tomorrow)."""
+    hour, minute = (int(x) for x in text.split(":"))
+    now = dt.datetime.now(dt.timezone.utc)
+    when = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    return when + dt.timedelta(days=1) if when <= now else when
+
+
+def pause_and_ship(seed: int, point: Point, line: list[str], since: float, commit: bool) -> None:
+    """``--pause-at``: ship the resumable checkpoints the stopped command saved, and commit them with --commit."""
+    shipped = campaign_partials.ship(point.task, since, shlex.join(line))
+    if shipped and commit:
+        commit_paths(["artifacts"], f"partial: {shlex.join(command(seed, point))} paused; it resumes from the "
+                                    "shipped checkpoint (scripts/campaign.py --pause-at --commit)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--list", action="store_true", help="print the commands and exit")
@@ -518,6 +541,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="data-parallel ranks per one-at-a-time command (torchrun, one training thread each; "
                              "default 1): two ranks end one long training sooner than one process does, while "
                              "--jobs 2 gets more steps in all from several commands")
+    parser.add_argument("--pause-at", default="",
+                        help="UTC HH:MM: stop the command running then (it saves its checkpoint) and end; the "
+                             "resumable checkpoints it saved ship under artifacts/ (committed with --commit), so the "
+                             "same command on a later session's fresh machine resumes from that step")
     parser.add_argument("--export-bases", action="store_true",
                         help="ship every dense base this machine trains (artifacts/, within 64 MB in all), so a "
                              "later session's fresh machine installs it instead of training it; commit them")
@@ -538,6 +565,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.nproc > 1 and (args.jobs > 1 or args.train_threads is not None):
         parser.error("--nproc trains one command at a time on one thread per rank: leave out --jobs and "
                      "--train-threads")
+    if args.pause_at and args.jobs > 1:
+        parser.error("--pause-at is the one-at-a-time campaign's: leave out --jobs")
     if args.fill and not args.until:
         parser.error("--fill needs --until (the stop time it fills up to)")
     seeds = tuple(int(s) for s in args.seeds.split(","))
@@ -552,13 +581,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(shlex.join(command(seed, point)) for seed, point in plan))
         return 0
     stoppable()
-    stop = None
-    if args.until:
-        hour, minute = (int(x) for x in args.until.split(":"))
-        now = dt.datetime.now(dt.timezone.utc)
-        stop = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
-        if stop <= now:
-            stop += dt.timedelta(days=1)
+    stop = utc_clock(args.until) if args.until else None
+    pause = utc_clock(args.pause_at) if args.pause_at else None
     expected = estimates(read_times(times))
     trained = row_train_times() if stop else {}  # reads every row: only --until needs it
     if args.jobs > 1:
@@ -584,6 +608,9 @@ def main(argv: list[str] | None = None) -> int:
         # skips that command (and the commands of its seed that load it, if it is a base) instead
         estimate = expected.get(point_id(point), trained.get(point_id(point)))
         now = dt.datetime.now(dt.timezone.utc)
+        if pause is not None and now >= pause:
+            print(f"[campaign] {args.pause_at} UTC reached: stopping before command {i}/{len(plan)}", flush=True)
+            break
         fits = ends_in_time(now, stop, estimate) and not (args.fill and estimate is None)
         if not fits:
             source = "recorded" if point_id(point) in expected else "of training in its rows"
@@ -601,12 +628,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[campaign] {i}/{len(plan)} {dt.datetime.now(dt.timezone.utc):%H:%M:%S} "
               f"{shlex.join(line if args.nproc == 1 else ['torchrun', f'--nproc_per_node={args.nproc}', *line[1:]])}",
               flush=True)
-        rc = run_in_foreground(line, seed, point, shipper, args.nproc)
+        rc = run_in_foreground(line, seed, point, shipper, args.nproc, pause.timestamp() if pause else None)
         seconds = time.time() - start
         print(f"[campaign] rc={rc} after {seconds:.0f} s", flush=True)
         if rc == 130:  # interrupted: stop the campaign too
+            if pause is not None:
+                pause_and_ship(seed, point, line, start, args.commit)
             return rc
         if rc == 0:
+            campaign_partials.drop_finished(point.task)
             record_time(times, seed, point, seconds)
             if args.export_bases and (is_base(point) or starts_from_base(point)):
                 export_new_base(seed, point.task, None if is_base(point) else line)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from bench import artifacts, config, runner
 from bench.errors import UserError
@@ -81,7 +82,7 @@ def test_export_without_a_trained_base_says_what_to_do(tmp_path, capsys):
     assert "no trained base at" in capsys.readouterr().err
 
 
-SHIPPED = sorted(artifacts.ROOT.glob("*/*/*.json"))
+SHIPPED = sorted(p for p in artifacts.ROOT.glob("*/*/*.json") if not p.name.endswith(".partial.json"))
 
 
 @pytest.mark.parametrize("meta_path", SHIPPED, ids=[p.stem for p in SHIPPED])
@@ -119,3 +120,85 @@ def test_the_plan_line_names_shipped_cached_and_untrained_stages(tmp_path, shipp
 
 def test_imagenet_seed_0_base_is_shipped():
     assert any(json.loads(p.read_text())["overrides"][:2] == ["task=imagenet", "seed=0"] for p in SHIPPED)
+
+
+def _stopped_base(tmp_path: Path, cache: str, after: int):
+    """The tiny parity base stopped after ``after`` steps in cache ``cache``: (its checkpoint path, the partial)."""
+    from bench import train
+    from bench.checkpoints import Interrupted
+
+    run, task = _base(tmp_path, cache)
+    run.fit_extra = {"stop_after": after}
+    with pytest.raises(Interrupted):
+        run.base_model(task)
+    ckpt = next((tmp_path / cache / "parity" / "dense").glob("*.partial.pt"))
+    return ckpt.with_name(ckpt.name.replace(".partial.pt", ".pt")), train.partial_path(
+        ckpt.with_name(ckpt.name.replace(".partial.pt", ".pt")))
+
+
+def test_a_stage_stopped_on_one_machine_resumes_exactly_on_another_from_its_shipped_checkpoint(tmp_path, monkeypatch):
+    """Trained 6 of 15 steps in cache ``a``, shipped, then finished in a fresh cache ``b``: the weights are those
+    of 15 uninterrupted steps, the plan says where it resumes, and the trainer starts at step 6."""
+    from bench import protocol
+
+    run, task = _base(tmp_path, "straight")
+    straight = run.base_model(task).state_dict()
+    ckpt, partial = _stopped_base(tmp_path, "a", 6)
+    root = tmp_path / "artifacts"
+    monkeypatch.setattr(artifacts, "ROOT", root)
+    shipped = artifacts.export_partial(partial, command="python -m bench run ...", git_sha="abc1234", machine="here")
+    meta = json.loads(shipped.with_name(shipped.name.replace(".pt", ".json")).read_text())
+    assert meta["step"] == 6 and meta["sha256"] == artifacts.sha256(shipped)
+    assert shipped == artifacts.shipped_partial_path(ckpt) and shipped.parent == root / "parity" / "dense"
+
+    run, task = _base(tmp_path, "b")
+    assert protocol.stage_state(run, "dense", protocol.base_stage_name(), run.base_key(task)) == (
+        "to train from step 6 of a shipped checkpoint")
+    resumed = run.base_model(task).state_dict()
+    assert all(torch.equal(resumed[k], v) for k, v in straight.items())
+    assert run.train_time_s > 0
+    assert artifacts.drop_partial(ckpt) and artifacts.find_partial(ckpt) is None
+
+
+def test_a_cache_that_can_resume_on_its_own_ignores_the_shipped_checkpoint(tmp_path, monkeypatch):
+    """Cache ``c`` stopped at step 3 before step 6 shipped from cache ``a``: it resumes from its own step 3."""
+    from bench import protocol
+
+    monkeypatch.setattr(artifacts, "ROOT", tmp_path / "artifacts")
+    _, own = _stopped_base(tmp_path, "c", 3)
+    _, partial = _stopped_base(tmp_path, "a", 6)
+    artifacts.export_partial(partial, command="", git_sha="", machine="")
+    run, task = _base(tmp_path, "c")
+    assert protocol.stage_state(run, "dense", protocol.base_stage_name(), run.base_key(task)) == "to train"
+    _stopped_base(tmp_path, "c", 1)
+    assert torch.load(own, weights_only=True)["step"] == 4
+
+
+def test_a_tampered_shipped_checkpoint_is_refused_in_one_line(tmp_path, monkeypatch):
+    ckpt, partial = _stopped_base(tmp_path, "a", 6)
+    root = tmp_path / "artifacts"
+    monkeypatch.setattr(artifacts, "ROOT", root)
+    shipped = artifacts.export_partial(partial, command="", git_sha="", machine="")
+    shipped.write_bytes(shipped.read_bytes()[:-8] + b"\0" * 8)
+    run, task = _base(tmp_path, "d")
+    with pytest.raises(UserError, match="does not match its sha256") as err:
+        run.base_model(task)
+    assert "\n" not in str(err.value) and "shipped=false" in str(err.value)
+    assert not list((tmp_path / "d").rglob("*.pt")), "nothing half-written in the cache"
+
+
+def test_a_shipped_checkpoint_must_hold_tensors_and_plain_values_only(tmp_path, monkeypatch):
+    """A pickled object (here a function) in a shipped checkpoint is refused, even with a matching sha256:
+    it is read with weights_only=True."""
+    ckpt, partial = _stopped_base(tmp_path, "a", 6)
+    root = tmp_path / "artifacts"
+    monkeypatch.setattr(artifacts, "ROOT", root)
+    shipped = artifacts.export_partial(partial, command="", git_sha="", machine="")
+    state = torch.load(shipped, weights_only=True)
+    torch.save({**state, "extra": Path}, shipped)
+    meta_path = shipped.with_name(shipped.name.replace(".pt", ".json"))
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "sha256": artifacts.sha256(shipped)}))
+    run, task = _base(tmp_path, "e")
+    with pytest.raises(UserError, match="holds more than tensors and plain values"):
+        run.base_model(task)

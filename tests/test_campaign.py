@@ -613,7 +613,8 @@ def test_nproc_runs_each_command_on_torchrun_ranks_of_one_training_thread(tmp_pa
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
     monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
     monkeypatch.setattr(campaign, "run_in_foreground",
-                        lambda line, seed, point, shipper, nproc=1: launched.append(campaign.launch(line, nproc)) or 0)
+                        lambda line, seed, point, shipper, nproc=1, pause_at=None:
+                        launched.append(campaign.launch(line, nproc)) or 0)
     assert campaign.main(["--task", "parity", "--seeds", "0", "--match", "method=dense", "--nproc", "2",
                           "--times", str(tmp_path / "times.tsv")]) == 0
     assert launched and all(argv[:5] == [sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -750,3 +751,78 @@ def test_a_base_step_measured_beside_other_work_is_flagged_once(monkeypatch):
     monkeypatch.setattr(estimate.os, "getloadavg", lambda: (0.3, 0.3, 0.3))
     quiet = []
     assert estimate.live_base_step_s(warn=quiet.append)("parity", 1) == 0.25 and quiet == []
+
+
+def test_a_command_running_at_pause_time_gets_one_sigint_and_stops(tmp_path):
+    """``--pause-at``: at the pause time the running command is stopped as by a Ctrl-C (it saves its
+    checkpoint), and the campaign returns 130."""
+    campaign = _campaign()
+    ready, got = tmp_path / "ready", tmp_path / "got"
+    child = ("import pathlib, signal, sys, time\n"
+             "def on_int(*_):\n"
+             f"    pathlib.Path({str(got)!r}).write_text('saved')\n"
+             "    sys.exit(130)\n"
+             "signal.signal(signal.SIGINT, on_int)\n"
+             f"pathlib.Path({str(ready)!r}).touch()\n"
+             "time.sleep(60)\n")
+    point = campaign.Point("parity", ("method=dense",))
+    started = time.time()
+    rc = campaign.run_in_foreground(["python", "-c", child], 0, point, None, pause_at=time.time() + 2)
+    assert rc == 130 and got.read_text() == "saved" and time.time() - started < 30
+
+
+def _fake_partial(path, step: int, size: int = 10) -> None:
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": {"w": torch.zeros(size)}, "optimizer": {"state": {}, "param_groups": []}, "step": step,
+                "time_s": 1.5, "loss_ema": 0.1}, path)
+
+
+def test_partials_written_since_the_command_started_ship_and_go_once_their_stage_is_finished(tmp_path, monkeypatch):
+    import torch
+
+    _campaign()
+    partials = load_script("campaign_partials")
+    from bench import artifacts
+
+    cache, root = tmp_path / "cache", tmp_path / "artifacts"
+    old = cache / "imagenet" / "acm" / "gates-aaa.partial.pt"
+    _fake_partial(old, 3)
+    since = time.time() + 1
+    new = cache / "imagenet" / "cct" / "cct-bbb.partial.pt"
+    _fake_partial(new, 40)
+    import os
+
+    os.utime(old, (since - 10, since - 10))
+    os.utime(new, (since + 1, since + 1))
+    shipped = partials.ship("imagenet", since, "python -m bench run method=cct", cache, root)
+    assert shipped == [root / "imagenet" / "cct" / "cct-bbb.partial.pt"]
+    found = artifacts.find_partial(cache / "imagenet" / "cct" / "cct-bbb.pt", root)
+    assert found.meta["step"] == 40 and found.meta["command"] == "python -m bench run method=cct"
+    assert partials.drop_finished("imagenet", cache, root) == []  # not finished here yet
+    torch.save({"model": {"w": torch.zeros(10)}, "steps": 50}, cache / "imagenet" / "cct" / "cct-bbb.pt")
+    assert partials.drop_finished("imagenet", cache, root) == shipped and not shipped[0].exists()
+    monkeypatch.setattr(partials, "SHIPPED_LIMIT", 100)  # a checkpoint that would pass the limit stays here
+    assert partials.ship("imagenet", since, "", cache, root) == []
+
+
+def test_pause_at_ships_what_the_stopped_command_saved_and_starts_nothing_after_it(tmp_path, monkeypatch, capsys):
+    import datetime as dt
+
+    campaign = _campaign()
+    ran, shipped = [], []
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
+    monkeypatch.setattr(campaign.campaign_partials, "ship", lambda task, since, line: shipped.append(task) or [])
+    monkeypatch.setattr(campaign, "run_in_foreground",
+                        lambda line, seed, point, shipper, nproc=1, pause_at=None: ran.append(pause_at) or 130)
+    args = ["--task", "parity", "--seeds", "0", "--match", "method=dense", "--times", str(tmp_path / "t.tsv")]
+    monkeypatch.setattr(campaign, "utc_clock", lambda text: dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1))
+    assert campaign.main([*args, "--pause-at", "08:00"]) == 130
+    assert len(ran) == 1 and ran[0] is not None and shipped == ["parity"]
+    ran.clear()
+    monkeypatch.setattr(campaign, "utc_clock", lambda text: dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=1))
+    assert campaign.main([*args, "--pause-at", "00:00"]) == 0 and ran == []
+    assert "00:00 UTC reached: stopping before command 1/" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        campaign.main([*args, "--pause-at", "08:00", "--jobs", "2"])

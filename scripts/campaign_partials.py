@@ -1,0 +1,66 @@
+"""Unfinished stages that outlive a machine (``scripts/campaign.py --pause-at``).
+
+A command paused by the campaign saves each running stage's resumable checkpoint in the cache; :func:`ship`
+copies the ones it wrote under ``artifacts/`` (bench/artifacts.py: ``export_partial``), so that the same
+command on a later session's fresh machine resumes from that step instead of starting over.  Once a stage is
+finished here, :func:`drop_finished` removes its shipped checkpoint.  Both stay within the repository's limit on
+shipped files (:data:`SHIPPED_LIMIT`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / ".cache" / "bench"  # the cache_dir of the campaign's commands (bench's default)
+SHIPPED_LIMIT = 64 * 2 ** 20  # bytes of shipped files (weights and resumable checkpoints) artifacts/ holds at most
+
+
+def shipped_bytes(artifacts_root: Path | None = None) -> int:
+    """Bytes of the shipped weights and resumable checkpoints under artifacts/."""
+    root = artifacts_root or ROOT / "artifacts"
+    return sum(p.stat().st_size for pattern in ("*.safetensors", "*.partial.pt") for p in root.rglob(pattern))
+
+
+def ship(task: str, since: float, command: str, cache: Path = CACHE, artifacts_root: Path | None = None) -> list[Path]:
+    """Ship the resumable checkpoints of ``task`` written in ``cache`` since ``since`` (a time.time()), each
+    unless it would take the shipped files past :data:`SHIPPED_LIMIT`; the paths written."""
+    from bench import artifacts, provenance
+
+    written = []
+    machine = f"{provenance.device_name('cpu')}, {os.cpu_count()} CPUs"
+    for partial in sorted((cache / task).glob(f"*/*{artifacts.PARTIAL_SUFFIX}")):
+        if partial.stat().st_mtime < since:
+            continue
+        ckpt = partial.with_name(partial.name.replace(artifacts.PARTIAL_SUFFIX, ".pt"))
+        old = artifacts.shipped_partial_path(ckpt, artifacts_root)
+        grows = partial.stat().st_size - (old.stat().st_size if old.exists() else 0)
+        if shipped_bytes(artifacts_root) + grows > SHIPPED_LIMIT:
+            print(f"[campaign] not shipping {partial.name}: the shipped files would pass {SHIPPED_LIMIT >> 20} MB",
+                  flush=True)
+            continue
+        written.append(artifacts.export_partial(partial, command=command, git_sha=provenance.git_sha(),
+                                                machine=machine, root=artifacts_root))
+        print(f"[campaign] shipped {partial.name} (step {_step(written[-1])}): {written[-1]}", flush=True)
+    return written
+
+
+def drop_finished(task: str, cache: Path = CACHE, artifacts_root: Path | None = None) -> list[Path]:
+    """Remove the shipped resumable checkpoints of ``task`` whose stage is finished in ``cache``; those removed."""
+    from bench import artifacts, train
+
+    root = artifacts_root or artifacts.ROOT
+    dropped = []
+    for shipped in sorted((root / task).glob(f"*/*{artifacts.PARTIAL_SUFFIX}")):
+        ckpt = cache / task / shipped.parent.name / shipped.name.replace(artifacts.PARTIAL_SUFFIX, ".pt")
+        if train.is_done(ckpt) and artifacts.drop_partial(ckpt, root):
+            dropped.append(shipped)
+            print(f"[campaign] {ckpt.name} is finished: its shipped checkpoint {shipped.name} is removed", flush=True)
+    return dropped
+
+
+def _step(shipped: Path) -> int:
+    import json
+
+    return int(json.loads(shipped.with_name(shipped.name.replace(".pt", ".json")).read_text())["step"])
