@@ -624,6 +624,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[campaign] {args.until} UTC {why}: stopping before command {i}/{len(plan)}", flush=True)
             break
         record(times, seed, point, START)
+        resumes = bool(campaign_partials.shipped_for(point.task))  # its wall time may cover part of it only
         start = time.time()
         print(f"[campaign] {i}/{len(plan)} {dt.datetime.now(dt.timezone.utc):%H:%M:%S} "
               f"{shlex.join(line if args.nproc == 1 else ['torchrun', f'--nproc_per_node={args.nproc}', *line[1:]])}",
@@ -636,8 +637,8 @@ def main(argv: list[str] | None = None) -> int:
                 pause_and_ship(seed, point, line, start, args.commit)
             return rc
         if rc == 0:
-            campaign_partials.drop_finished(point.task)
-            record_time(times, seed, point, seconds)
+            if not (campaign_partials.drop_finished(point.task) or resumes):
+                record_time(times, seed, point, seconds)
             if args.export_bases and (is_base(point) or starts_from_base(point)):
                 export_new_base(seed, point.task, None if is_base(point) else line)
             if args.commit:

@@ -46,13 +46,20 @@ def ship(task: str, since: float, command: str, cache: Path = CACHE, artifacts_r
     return written
 
 
+def shipped_for(task: str, artifacts_root: Path | None = None) -> list[Path]:
+    """The shipped resumable checkpoints of ``task`` (a command that resumes from one runs shorter than the whole)."""
+    from bench import artifacts
+
+    return sorted(((artifacts_root or artifacts.ROOT) / task).glob(f"*/*{artifacts.PARTIAL_SUFFIX}"))
+
+
 def drop_finished(task: str, cache: Path = CACHE, artifacts_root: Path | None = None) -> list[Path]:
     """Remove the shipped resumable checkpoints of ``task`` whose stage is finished in ``cache``; those removed."""
     from bench import artifacts, train
 
     root = artifacts_root or artifacts.ROOT
     dropped = []
-    for shipped in sorted((root / task).glob(f"*/*{artifacts.PARTIAL_SUFFIX}")):
+    for shipped in shipped_for(task, root):
         ckpt = cache / task / shipped.parent.name / shipped.name.replace(artifacts.PARTIAL_SUFFIX, ".pt")
         if train.is_done(ckpt) and artifacts.drop_partial(ckpt, root):
             dropped.append(shipped)

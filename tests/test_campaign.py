@@ -826,3 +826,18 @@ def test_pause_at_ships_what_the_stopped_command_saved_and_starts_nothing_after_
     assert "00:00 UTC reached: stopping before command 1/" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         campaign.main([*args, "--pause-at", "08:00", "--jobs", "2"])
+
+
+def test_a_command_that_resumed_from_a_shipped_checkpoint_records_no_wall_time(tmp_path, monkeypatch):
+    """Its wall time covers the part trained here only: recorded, it would make later estimates too short."""
+    campaign = _campaign()
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
+    monkeypatch.setattr(campaign, "run_in_foreground", lambda *a, **k: 0)
+    times = tmp_path / "t.tsv"
+    args = ["--task", "parity", "--seeds", "0", "--match", "method=dense", "--times", str(times)]
+    monkeypatch.setattr(campaign.campaign_partials, "shipped_for", lambda task: [tmp_path / "x.partial.pt"])
+    monkeypatch.setattr(campaign.campaign_partials, "drop_finished", lambda task: [])
+    assert campaign.main(args) == 0 and campaign.estimates(campaign.read_times(times)) == {}
+    monkeypatch.setattr(campaign.campaign_partials, "shipped_for", lambda task: [])
+    fresh = tmp_path / "fresh.tsv"  # (a second start in one file is left out anyway: campaign_times.read_times)
+    assert campaign.main([*args[:-1], str(fresh)]) == 0 and campaign.estimates(campaign.read_times(fresh))
