@@ -283,7 +283,8 @@ def describe_plan(method: "Method", the_plan: Plan) -> tuple[str, int]:
         state = stage_state(run, "dense", base_stage_name(), the_plan.parent_key)
         base_steps = int(task.base_budget()["steps"])
         parts.append(f"dense base {base_steps} steps ({state})")
-        steps_left += base_steps if state == "to train" else 0
+        if state.startswith("to train"):
+            steps_left += base_steps - shipped_step(run, "dense", base_stage_name(), the_plan.parent_key)
     for planned in the_plan.stages:
         if planned.steps:
             state = stage_state(run, run.method, planned.stage.name, planned.key)

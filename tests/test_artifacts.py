@@ -154,6 +154,13 @@ def test_a_stage_stopped_on_one_machine_resumes_exactly_on_another_from_its_ship
     run, task = _base(tmp_path, "b")
     assert protocol.stage_state(run, "dense", protocol.base_stage_name(), run.base_key(task)) == (
         "to train from step 6 of a shipped checkpoint")
+    cfg = config.compose(["method=acm", *[a for a in _args(tmp_path, "b")], "acm.min_distill_steps=2",
+                          "acm.min_gate_steps=2"])
+    _, _, acm = runner.build(cfg, "acm", "parity")
+    text, steps_left = protocol.describe_plan(acm, protocol.plan(acm))
+    later = sum(p.steps for p in protocol.plan(acm).stages)  # the method's own stages, all to train
+    assert text.startswith("dense base 15 steps (to train from step 6 of a shipped checkpoint)")
+    assert steps_left == 15 - 6 + later
     resumed = run.base_model(task).state_dict()
     assert all(torch.equal(resumed[k], v) for k, v in straight.items())
     assert run.train_time_s > 0
