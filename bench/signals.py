@@ -8,8 +8,10 @@ was.  No torch here: the command line imports this before any heavy module.
 
 from __future__ import annotations
 
+import contextlib
 import signal
-from typing import Any
+import threading
+from typing import Any, Iterator
 
 requested: list[str] = []  # the termination signals received, in order
 
@@ -33,3 +35,24 @@ def ignore_sigterm() -> None:
 def stop_requested() -> bool:
     """True once a termination signal arrived (a collective that failed since is a consequence of it)."""
     return bool(requested)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while the block runs (an optimizer update and the step count after it): one
+    that arrives meanwhile is noted, and raised again as the block ends (its own handler then runs), so a
+    stop never saves weights that are half-way between two steps.  Python runs signal handlers in the main
+    thread only; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    handlers = {signum: signal.signal(signum, lambda number, frame: held.append(number))
+                for signum in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(signum) is not None}
+    try:
+        yield
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)

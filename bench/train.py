@@ -189,8 +189,10 @@ def fit(model: nn.Module, batch_fn: Callable[[int], Batch], loss_fn: Callable[[n
                 step_loss = _backward(target, ddp, loss_fn, shard, accumulate, scaler, precision, device)
                 if step == start:
                     _check_every_parameter_trained(model, params, desc)
-                _update(target, ddp, params, optimizer, scheduler, scaler, grad_clip)
-                step += 1
+                _prepare_update(target, ddp, params, optimizer, scaler, grad_clip)
+                with signals.deferred():  # a stop lands before or after the update, never inside it
+                    _step(optimizer, scheduler, scaler)
+                    step += 1
                 elapsed += time.perf_counter() - t0
                 losses.add(step_loss)
                 progress.update(1)
@@ -307,15 +309,19 @@ def _backward(target: Any, ddp: nn.Module | None, loss_fn: Callable[[nn.Module, 
     return step_loss
 
 
-def _update(target: Any, ddp: nn.Module | None, params: list[nn.Parameter], optimizer, scheduler, scaler,
-            grad_clip: float | None) -> None:
-    """The optimizer step after the backward: gradients averaged explicitly when no forward went through
-    DDP, clipped, stepped (through the loss scaler), and the schedule advanced."""
+def _prepare_update(target: Any, ddp: nn.Module | None, params: list[nn.Parameter], optimizer, scaler,
+                    grad_clip: float | None) -> None:
+    """The gradients after the backward: averaged explicitly when no forward went through DDP, then
+    unscaled and clipped (the weights are untouched: a stop here loses only this step's work)."""
     if ddp is not None and target.forwards == 0:  # no forward through DDP: average explicitly
         distributed.all_reduce_grads(params)
     if grad_clip:
         scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(params, grad_clip)
+
+
+def _step(optimizer, scheduler, scaler) -> None:
+    """The update: the optimizer step (through the loss scaler), and the schedule advanced."""
     scaler.step(optimizer)
     scaler.update()
     scheduler.step()

@@ -80,3 +80,41 @@ def test_parameters_a_stage_does_not_train_get_no_gradient_and_are_unfrozen_afte
     assert seen[0] == [False, False, True, True]
     assert all(torch.equal(p, q) for p, q in zip(first, before))
     assert all(p.requires_grad for p in model.parameters())
+
+
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_a_stop_during_the_update_waits_for_the_step_to_end(signum, monkeypatch):
+    """A signal that arrives inside ``signals.deferred`` (the optimizer update and the step count) raises only
+    as the block ends: the code after it inside the block still runs, so a saved step is never half-updated."""
+    import os
+    import signal
+
+    from bench import signals
+
+    monkeypatch.setattr(signals, "requested", [])
+    previous = signal.signal(signal.SIGTERM, signals._on_sigterm)
+    done = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with signals.deferred():
+                os.kill(os.getpid(), getattr(signal, signum))
+                done.append("rest of the update")
+        assert done == ["rest of the update"]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_the_trainer_updates_inside_a_deferred_block(tmp_path, monkeypatch):
+    """The optimizer step runs with signals held (the test above shows what that guarantees)."""
+    from bench import signals
+
+    held = []
+    real = signals.deferred
+
+    def watching():
+        held.append(True)
+        return real()
+
+    monkeypatch.setattr(signals, "deferred", watching)
+    train.fit(_model(), _data, _loss, steps=4, lr=1e-2, ckpt=tmp_path / "d.pt", desc="d")
+    assert len(held) == 4
