@@ -110,7 +110,8 @@ PARTIAL_SUFFIX = ".partial.pt"
 
 
 def shipped_partial_path(ckpt: Path, root: Path | None = None) -> Path:
-    """Where the shipped resumable checkpoint of the unfinished stage ``ckpt`` lives."""
+    """Where the shipped checkpoint of the stage ``ckpt`` of an unfinished command lives (the stage itself
+    may be unfinished, or finished on the way to a later stage that is not)."""
     return shipped_path(ckpt, root).with_name(f"{Path(ckpt).stem}{PARTIAL_SUFFIX}")
 
 
@@ -119,7 +120,8 @@ def _partial_meta(path: Path) -> Path:
 
 
 def find_partial(ckpt: Path, root: Path | None = None) -> Shipped | None:
-    """The shipped resumable checkpoint of the stage ``ckpt``, or None."""
+    """The shipped checkpoint of the stage ``ckpt`` of an unfinished command, or None.  ``meta["finished"]``:
+    it is the finished stage (else its resumable state at ``meta["step"]``)."""
     state = shipped_partial_path(ckpt, root)
     meta = _partial_meta(state)
     if not (state.exists() and meta.exists()):
@@ -127,9 +129,10 @@ def find_partial(ckpt: Path, root: Path | None = None) -> Shipped | None:
     return Shipped(state, json.loads(meta.read_text()))
 
 
-def install_partial(shipped: Shipped, partial: Path) -> None:
-    """Copy a shipped resumable checkpoint to ``partial`` (the cache's), its sha256 checked and its contents
-    read with ``weights_only=True`` first; the trainer then resumes from its step."""
+def install_partial(shipped: Shipped, ckpt: Path, partial: Path) -> None:
+    """Copy a shipped checkpoint into the cache, its sha256 checked and its contents read with
+    ``weights_only=True`` first: a finished stage to ``ckpt`` (loaded, not trained), an unfinished one to
+    ``partial`` (the trainer resumes from its step)."""
     import torch
 
     actual = sha256(shipped.weights)
@@ -142,35 +145,63 @@ def install_partial(shipped: Shipped, partial: Path) -> None:
     except Exception as err:  # unpickling refuses anything but tensors and plain values
         raise UserError(f"shipped checkpoint {shipped.weights} holds more than tensors and plain values "
                         f"({str(err).splitlines()[0][:120]}); delete it or run with shipped=false") from None
-    atomic_save(state, partial)
-    log.info("resuming %s from the shipped checkpoint %s at step %d (trained by: %s)", Path(partial).name,
-             shipped.weights.relative_to(shipped.weights.parents[2]), int(shipped.meta["step"]),
-             shipped.meta["command"])
+    finished = bool(shipped.meta.get("finished"))
+    atomic_save(state, ckpt if finished else partial)
+    origin = shipped.weights.relative_to(shipped.weights.parents[2])
+    if finished:
+        log.info("installed %s from the shipped checkpoint %s (trained by: %s)", Path(ckpt).name, origin,
+                 shipped.meta["command"])
+        return
+    log.info("resuming %s from the shipped checkpoint %s at step %d (trained by: %s)", Path(partial).name, origin,
+             int(shipped.meta["step"]), shipped.meta["command"])
+    here, there = _world(), int(shipped.meta.get("world", 1))
+    if here != there:
+        log.warning("%s: its %d steps ran on %d process(es), this run has %d: each rank draws its own noise, so "
+                    "the rest does not follow an uninterrupted run of either", Path(partial).name,
+                    int(shipped.meta["step"]), there, here)
 
 
-def export_partial(partial: Path, *, command: str, git_sha: str, machine: str, root: Path | None = None) -> Path:
-    """Ship the resumable checkpoint ``partial`` (``<cache>/<task>/<owner>/<name>-<key>.partial.pt``) under
-    ``root``; the path written.  It must load with ``weights_only=True`` (what :func:`install_partial` does)."""
+def _world() -> int:
+    from bench import distributed
+
+    return distributed.world()
+
+
+def export_partial(path: Path, *, command: str, git_sha: str, machine: str, root: Path | None = None) -> Path:
+    """Ship the stage checkpoint ``path`` of an unfinished command (``<cache>/<task>/<owner>/<name>-<key>.pt``,
+    finished, or its resumable ``....partial.pt``) under ``root``; the path written.  It must load with
+    ``weights_only=True`` (what :func:`install_partial` does); both files are written whole or not at all."""
     import torch
 
-    partial = Path(partial)
-    state = torch.load(partial, map_location="cpu", weights_only=True)
-    if not isinstance(state, dict) or not {"model", "optimizer", "step"} <= set(state):
-        raise UserError(f"{partial} is not a resumable stage checkpoint (no model, optimizer or step)")
-    ckpt = partial.with_name(partial.name.replace(PARTIAL_SUFFIX, ".pt"))
+    path = Path(path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise UserError(f"cannot ship {path}: it does not load with weights_only=True "
+                        f"({str(err).splitlines()[0][:120]})") from None
+    finished = not path.name.endswith(PARTIAL_SUFFIX)
+    needed = {"model", "steps", "time_s"} if finished else {"model", "optimizer", "step", "time_s"}
+    if not isinstance(state, dict) or not needed <= set(state):
+        raise UserError(f"cannot ship {path}: not a stage checkpoint (it lacks {', '.join(sorted(needed))})")
+    ckpt = path if finished else path.with_name(path.name.replace(PARTIAL_SUFFIX, ".pt"))
     target = shipped_partial_path(ckpt, root)
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_save(state, target)
     os.chmod(target, 0o644)
-    meta = {"step": int(state["step"]), "time_s": round(float(state["time_s"]), 1), "command": command,
-            "git_sha": git_sha, "trained_on": machine, "sha256": sha256(target)}
-    _partial_meta(target).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    sampler = state.get("sampler") or {}
+    meta = {"finished": finished, "step": int(state["steps"] if finished else state["step"]),
+            "time_s": round(float(state["time_s"]), 1), "world": int(sampler.get("world", 1)),
+            "command": command, "git_sha": git_sha, "trained_on": machine, "sha256": sha256(target)}
+    meta_path = _partial_meta(target)
+    tmp = meta_path.with_name(f".{meta_path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, meta_path)
     return target
 
 
 def drop_partial(ckpt: Path, root: Path | None = None) -> bool:
-    """Remove the shipped resumable checkpoint of the stage ``ckpt`` (once the stage is finished); whether
-    there was one."""
+    """Remove the shipped checkpoint of the stage ``ckpt`` (once its command has its rows); whether there
+    was one."""
     state = shipped_partial_path(ckpt, root)
     found = state.exists()
     for path in (state, _partial_meta(state)):

@@ -260,18 +260,25 @@ def stage_state(run: "RunContext", owner: str, name: str, key: Any) -> str:
         return "cached"
     if run.shipped and artifacts.find(run.stage_path(owner, name, key)) is not None:
         return "shipped"
-    return "to train" + (f" from step {resume} of a shipped checkpoint" if (resume := shipped_step(run, owner, name, key))
-                         else "")
+    shipped = _shipped_partial(run, owner, name, key)
+    if shipped is not None and shipped.meta.get("finished"):
+        return "shipped"
+    return "to train" + (f" from step {shipped.meta['step']} of a shipped checkpoint" if shipped is not None else "")
+
+
+def _shipped_partial(run: "RunContext", owner: str, name: str, key: Any) -> "artifacts.Shipped | None":
+    """The shipped checkpoint a run would install for this stage (none when this cache can resume it)."""
+    ckpt = run.stage_path(owner, name, key)
+    if not run.shipped or train_module.partial_path(ckpt).exists():
+        return None
+    return artifacts.find_partial(ckpt)
 
 
 def shipped_step(run: "RunContext", owner: str, name: str, key: Any) -> int:
-    """The step an unfinished stage resumes at from its shipped resumable checkpoint (0: none, or this cache
-    has a checkpoint of its own to resume)."""
-    ckpt = run.stage_path(owner, name, key)
-    if not run.shipped or train_module.partial_path(ckpt).exists():
-        return 0
-    shipped = artifacts.find_partial(ckpt)
-    return int(shipped.meta["step"]) if shipped is not None else 0
+    """The step an unfinished stage resumes at from its shipped checkpoint (0: none, or this cache has a
+    checkpoint of its own to resume)."""
+    shipped = _shipped_partial(run, owner, name, key)
+    return int(shipped.meta["step"]) if shipped is not None and not shipped.meta.get("finished") else 0
 
 
 def describe_plan(method: "Method", the_plan: Plan) -> tuple[str, int]:

@@ -118,11 +118,11 @@ class RunContext:
 
     @staticmethod
     def _resume_shipped(ckpt: Path) -> None:
-        """An unfinished stage that this cache cannot resume but whose resumable checkpoint ships: copy it in."""
+        """A stage this cache has not finished and cannot resume, whose checkpoint ships: copy it in."""
         partial = train.partial_path(ckpt)
         shipped = artifacts.find_partial(ckpt)
         if shipped is not None and not partial.exists():
-            artifacts.install_partial(shipped, partial)
+            artifacts.install_partial(shipped, ckpt, partial)
 
     def fit_stage(self, model: nn.Module, planned: PlannedStage, *, owner: str,
                   batch_fn: Callable[[int], Batch], seed: int,

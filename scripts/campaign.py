@@ -403,7 +403,7 @@ def run_in_foreground(line: list[str], seed: int, point: Point, shipper: BaseShi
                       pause_at: float | None = None) -> int:
     """Run one command of the one-at-a-time campaign, its output on the campaign's, and return its exit code.
     The command runs in its own session, so a Ctrl-C (or SIGINT to the campaign) reaches it once, forwarded:
-    the training saves its checkpoint and stops (130; under torchrun its ranks get SIGTERM and do the same).
+    the training saves its checkpoint and stops (130; under torchrun SIGTERM, to every rank).
     With ``shipper``, its base ships once trained.  ``nproc``: ranks (:func:`launch`).  At ``pause_at`` (a
     time.time()) the command is stopped as by a Ctrl-C (130)."""
     process = subprocess.Popen(launch(line, nproc), cwd=ROOT, start_new_session=True)
@@ -415,7 +415,9 @@ def run_in_foreground(line: list[str], seed: int, point: Point, shipper: BaseShi
             if shipper is not None:
                 shipper.poll([(seed, point, line)], time.time())
     except KeyboardInterrupt:
-        process.send_signal(signal.SIGINT)
+        # one process gets SIGINT (Ctrl-C); torchrun passes on the signal it gets to every rank, and SIGTERM
+        # is the one a rank treats as a stop of them all (bench/signals.py: a collective failing after it)
+        process.send_signal(signal.SIGINT if nproc <= 1 else signal.SIGTERM)
         process.wait()
         return 130
     return process.returncode
@@ -475,7 +477,8 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
                 print(f"[campaign] {job.index}/{len(plan)} rc={rc} after {seconds:.0f} s (log: {job.log})",
                       flush=True)
                 if rc == 0:
-                    record_time(times, job.seed, job.point, seconds)
+                    if not campaign_partials.drop_finished(job.point.task):  # a resumed command ran part of it
+                        record_time(times, job.seed, job.point, seconds)
                     if export_bases and (is_base(job.point) or starts_from_base(job.point)):
                         export_new_base(job.seed, job.point.task, None if is_base(job.point) else job.line)
                     if commit:
@@ -493,6 +496,23 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
     return 1 if failed else 0
 
 
+def clock_time(text: str) -> str:
+    """argparse type of ``--until`` and ``--pause-at``: ``HH:MM``, 24-hour UTC."""
+    try:
+        hour, minute = (int(x) for x in text.split(":"))
+    except ValueError:
+        hour = minute = -1
+    if not (0 <= hour < 24 and 0 <= minute < 60):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a UTC time HH:MM (e.g. 08:20)")
+    return text
+
+
+def signals_held():
+    from bench import signals
+
+    return signals.deferred()
+
+
 def utc_clock(text: str) -> dt.datetime:
     """The next UTC time ``HH:MM`` (a time already past today means tomorrow)."""
     hour, minute = (int(x) for x in text.split(":"))
@@ -501,9 +521,13 @@ def utc_clock(text: str) -> dt.datetime:
     return when + dt.timedelta(days=1) if when <= now else when
 
 
-def pause_and_ship(seed: int, point: Point, line: list[str], since: float, commit: bool) -> None:
-    """``--pause-at``: ship the resumable checkpoints the stopped command saved, and commit them with --commit."""
-    shipped = campaign_partials.ship(point.task, since, shlex.join(line))
+def pause_and_ship(seed: int, point: Point, line: list[str], since: float, commit: bool, nproc: int = 1) -> None:
+    """``--pause-at``: ship the checkpoints the stopped command saved, and commit them with --commit.  A stop
+    signal meanwhile waits until the files are written (what is shipped is whole)."""
+    with signals_held():
+        campaign_partials.drop_finished(point.task)  # stale ones first: they count against the size limit
+        shipped = campaign_partials.ship(point.task, since, shlex.join(launch(line, nproc)[1:]) if nproc > 1
+                                         else shlex.join(line))
     if shipped and commit:
         commit_paths(["artifacts"], f"partial: {shlex.join(command(seed, point))} paused; it resumes from the "
                                     "shipped checkpoint (scripts/campaign.py --pause-at --commit)")
@@ -515,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status", action="store_true",
                         help="print, per task and seed, how many commands have rows and the time left estimated "
                              "from the times file")
-    parser.add_argument("--until", default="",
+    parser.add_argument("--until", default=None, type=clock_time,
                         help="UTC HH:MM (a time already past today means tomorrow): no command starts after it, "
                              "nor one whose recorded wall time would end after it")
     parser.add_argument("--fill", action="store_true",
@@ -541,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="data-parallel ranks per one-at-a-time command (torchrun, one training thread each; "
                              "default 1): two ranks end one long training sooner than one process does, while "
                              "--jobs 2 gets more steps in all from several commands")
-    parser.add_argument("--pause-at", default="",
+    parser.add_argument("--pause-at", default=None, type=clock_time,
                         help="UTC HH:MM: stop the command running then (it saves its checkpoint) and end; the "
                              "resumable checkpoints it saved ship under artifacts/ (committed with --commit), so the "
                              "same command on a later session's fresh machine resumes from that step")
@@ -624,7 +648,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[campaign] {args.until} UTC {why}: stopping before command {i}/{len(plan)}", flush=True)
             break
         record(times, seed, point, START)
-        resumes = bool(campaign_partials.shipped_for(point.task))  # its wall time may cover part of it only
         start = time.time()
         print(f"[campaign] {i}/{len(plan)} {dt.datetime.now(dt.timezone.utc):%H:%M:%S} "
               f"{shlex.join(line if args.nproc == 1 else ['torchrun', f'--nproc_per_node={args.nproc}', *line[1:]])}",
@@ -633,11 +656,11 @@ def main(argv: list[str] | None = None) -> int:
         seconds = time.time() - start
         print(f"[campaign] rc={rc} after {seconds:.0f} s", flush=True)
         if rc == 130:  # interrupted: stop the campaign too
-            if pause is not None:
-                pause_and_ship(seed, point, line, start, args.commit)
+            if pause is not None and dt.datetime.now(dt.timezone.utc) >= pause:  # paused, not Ctrl-C
+                pause_and_ship(seed, point, line, start, args.commit, args.nproc)
             return rc
         if rc == 0:
-            if not (campaign_partials.drop_finished(point.task) or resumes):
+            if not campaign_partials.drop_finished(point.task):  # it resumed: its wall time covers part of it
                 record_time(times, seed, point, seconds)
             if args.export_bases and (is_base(point) or starts_from_base(point)):
                 export_new_base(seed, point.task, None if is_base(point) else line)

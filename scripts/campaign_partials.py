@@ -1,9 +1,10 @@
-"""Unfinished stages that outlive a machine (``scripts/campaign.py --pause-at``).
+"""Unfinished commands that outlive a machine (``scripts/campaign.py --pause-at``).
 
-A command paused by the campaign saves each running stage's resumable checkpoint in the cache; :func:`ship`
-copies the ones it wrote under ``artifacts/`` (bench/artifacts.py: ``export_partial``), so that the same
-command on a later session's fresh machine resumes from that step instead of starting over.  Once a stage is
-finished here, :func:`drop_finished` removes its shipped checkpoint.  Both stay within the repository's limit on
+A command paused by the campaign saves its running stage's resumable checkpoint in the cache; :func:`ship`
+copies it under ``artifacts/`` with the stages the command finished before it (bench/artifacts.py:
+``export_partial``), so that the same command on a later session's fresh machine resumes from that step
+instead of starting over.  Once the command has its rows, :func:`drop_finished` removes what it shipped.
+Every shipped version stays in git history: a paused command adds about three times its model's size.  Both stay within the repository's limit on
 shipped files (:data:`SHIPPED_LIMIT`).
 """
 
@@ -24,26 +25,50 @@ def shipped_bytes(artifacts_root: Path | None = None) -> int:
 
 
 def ship(task: str, since: float, command: str, cache: Path = CACHE, artifacts_root: Path | None = None) -> list[Path]:
-    """Ship the resumable checkpoints of ``task`` written in ``cache`` since ``since`` (a time.time()), each
-    unless it would take the shipped files past :data:`SHIPPED_LIMIT`; the paths written."""
+    """Ship the stage checkpoints of ``task`` written in ``cache`` since ``since`` (a time.time()) by a command
+    that did not finish: its finished stages first (unless shipped as trained bases already), then its
+    resumable ones; each unless another process holds its stage lock (training it now) or it would take the
+    shipped files past :data:`SHIPPED_LIMIT`.  The paths written."""
     from bench import artifacts, provenance
 
     written = []
     machine = f"{provenance.device_name('cpu')}, {os.cpu_count()} CPUs"
-    for partial in sorted((cache / task).glob(f"*/*{artifacts.PARTIAL_SUFFIX}")):
-        if partial.stat().st_mtime < since:
+    for path in _stage_files(cache / task, since):
+        ckpt = path.with_name(path.name.replace(artifacts.PARTIAL_SUFFIX, ".pt"))
+        if artifacts.find(ckpt, artifacts_root) is not None or _locked(ckpt):
             continue
-        ckpt = partial.with_name(partial.name.replace(artifacts.PARTIAL_SUFFIX, ".pt"))
         old = artifacts.shipped_partial_path(ckpt, artifacts_root)
-        grows = partial.stat().st_size - (old.stat().st_size if old.exists() else 0)
+        grows = path.stat().st_size - (old.stat().st_size if old.exists() else 0)
         if shipped_bytes(artifacts_root) + grows > SHIPPED_LIMIT:
-            print(f"[campaign] not shipping {partial.name}: the shipped files would pass {SHIPPED_LIMIT >> 20} MB",
+            print(f"[campaign] not shipping {path.name}: the shipped files would pass {SHIPPED_LIMIT >> 20} MB",
                   flush=True)
             continue
-        written.append(artifacts.export_partial(partial, command=command, git_sha=provenance.git_sha(),
+        written.append(artifacts.export_partial(path, command=command, git_sha=provenance.git_sha(),
                                                 machine=machine, root=artifacts_root))
-        print(f"[campaign] shipped {partial.name} (step {_step(written[-1])}): {written[-1]}", flush=True)
+        print(f"[campaign] shipped {path.name} (step {_step(written[-1])}): {written[-1]}", flush=True)
     return written
+
+
+def _stage_files(folder: Path, since: float) -> list[Path]:
+    """Stage checkpoints under ``folder`` (``<owner>/<name>-<key>.pt`` and ``.partial.pt``) modified since
+    ``since``: the finished ones first."""
+    found = [p for p in folder.glob("*/*.pt") if p.stat().st_mtime >= since]
+    return sorted(found, key=lambda p: (p.name.endswith(".partial.pt"), str(p)))
+
+
+def _locked(ckpt: Path) -> bool:
+    """Whether another process holds the stage lock of ``ckpt`` (bench/run.py's stage_lock) now."""
+    from filelock import FileLock, Timeout
+
+    if not Path(f"{ckpt}.lock").exists():
+        return False
+    lock = FileLock(f"{ckpt}.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    lock.release()
+    return False
 
 
 def shipped_for(task: str, artifacts_root: Path | None = None) -> list[Path]:

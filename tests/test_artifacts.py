@@ -141,11 +141,11 @@ def test_a_stage_stopped_on_one_machine_resumes_exactly_on_another_from_its_ship
     of 15 uninterrupted steps, the plan says where it resumes, and the trainer starts at step 6."""
     from bench import protocol
 
+    root = tmp_path / "artifacts"
+    monkeypatch.setattr(artifacts, "ROOT", root)
     run, task = _base(tmp_path, "straight")
     straight = run.base_model(task).state_dict()
     ckpt, partial = _stopped_base(tmp_path, "a", 6)
-    root = tmp_path / "artifacts"
-    monkeypatch.setattr(artifacts, "ROOT", root)
     shipped = artifacts.export_partial(partial, command="python -m bench run ...", git_sha="abc1234", machine="here")
     meta = json.loads(shipped.with_name(shipped.name.replace(".pt", ".json")).read_text())
     assert meta["step"] == 6 and meta["sha256"] == artifacts.sha256(shipped)
@@ -182,9 +182,9 @@ def test_a_cache_that_can_resume_on_its_own_ignores_the_shipped_checkpoint(tmp_p
 
 
 def test_a_tampered_shipped_checkpoint_is_refused_in_one_line(tmp_path, monkeypatch):
-    ckpt, partial = _stopped_base(tmp_path, "a", 6)
     root = tmp_path / "artifacts"
     monkeypatch.setattr(artifacts, "ROOT", root)
+    ckpt, partial = _stopped_base(tmp_path, "a", 6)
     shipped = artifacts.export_partial(partial, command="", git_sha="", machine="")
     shipped.write_bytes(shipped.read_bytes()[:-8] + b"\0" * 8)
     run, task = _base(tmp_path, "d")
@@ -197,9 +197,9 @@ def test_a_tampered_shipped_checkpoint_is_refused_in_one_line(tmp_path, monkeypa
 def test_a_shipped_checkpoint_must_hold_tensors_and_plain_values_only(tmp_path, monkeypatch):
     """A pickled object (here a function) in a shipped checkpoint is refused, even with a matching sha256:
     it is read with weights_only=True."""
-    ckpt, partial = _stopped_base(tmp_path, "a", 6)
     root = tmp_path / "artifacts"
     monkeypatch.setattr(artifacts, "ROOT", root)
+    ckpt, partial = _stopped_base(tmp_path, "a", 6)
     shipped = artifacts.export_partial(partial, command="", git_sha="", machine="")
     state = torch.load(shipped, weights_only=True)
     torch.save({**state, "extra": Path}, shipped)
@@ -209,3 +209,34 @@ def test_a_shipped_checkpoint_must_hold_tensors_and_plain_values_only(tmp_path, 
     run, task = _base(tmp_path, "e")
     with pytest.raises(UserError, match="holds more than tensors and plain values"):
         run.base_model(task)
+
+
+def test_a_finished_stage_shipped_with_an_unfinished_command_is_installed_not_trained(tmp_path, monkeypatch):
+    from bench import protocol
+
+    monkeypatch.setattr(artifacts, "ROOT", tmp_path / "artifacts")
+    run, task = _base(tmp_path, "a")
+    trained = run.base_model(task).state_dict()
+    ckpt = run.stage_path("dense", protocol.base_stage_name(), run.base_key(task))
+    shipped = artifacts.export_partial(ckpt, command="", git_sha="", machine="")
+    assert json.loads(shipped.with_name(shipped.name.replace(".pt", ".json")).read_text())["finished"] is True
+    _no_training(monkeypatch)
+    run, task = _base(tmp_path, "b")
+    assert protocol.stage_state(run, "dense", protocol.base_stage_name(), run.base_key(task)) == "shipped"
+    model = run.base_model(task)
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in trained.items())
+
+
+def test_resuming_on_another_number_of_processes_says_it_is_not_exact(tmp_path, monkeypatch, caplog):
+    import logging
+
+    monkeypatch.setattr(artifacts, "ROOT", tmp_path / "artifacts")
+    _, partial = _stopped_base(tmp_path, "a", 6)
+    shipped = artifacts.export_partial(partial, command="", git_sha="", machine="")
+    meta_path = shipped.with_name(shipped.name.replace(".pt", ".json"))
+    assert json.loads(meta_path.read_text())["world"] == 1
+    meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), "world": 2}))
+    run, task = _base(tmp_path, "b")
+    with caplog.at_level(logging.WARNING, logger="bench"):
+        run.base_model(task)
+    assert any("ran on 2 process(es), this run has 1" in r.getMessage() for r in caplog.records)

@@ -814,18 +814,36 @@ def test_pause_at_ships_what_the_stopped_command_saved_and_starts_nothing_after_
     ran, shipped = [], []
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
     monkeypatch.setattr(campaign.campaign_partials, "ship", lambda task, since, line: shipped.append(task) or [])
-    monkeypatch.setattr(campaign, "run_in_foreground",
-                        lambda line, seed, point, shipper, nproc=1, pause_at=None: ran.append(pause_at) or 130)
+    monkeypatch.setattr(campaign.campaign_partials, "drop_finished", lambda task: [])
+
+    def stopped_at(line, seed, point, shipper, nproc=1, pause_at=None):
+        ran.append(pause_at)
+        while time.time() < pause_at:  # as run_in_foreground: runs until the pause time, then stops
+            time.sleep(0.05)
+        return 130
+
+    monkeypatch.setattr(campaign, "run_in_foreground", stopped_at)
     args = ["--task", "parity", "--seeds", "0", "--match", "method=dense", "--times", str(tmp_path / "t.tsv")]
-    monkeypatch.setattr(campaign, "utc_clock", lambda text: dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1))
+    soon = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1)
+    monkeypatch.setattr(campaign, "utc_clock", lambda text: soon)
     assert campaign.main([*args, "--pause-at", "08:00"]) == 130
-    assert len(ran) == 1 and ran[0] is not None and shipped == ["parity"]
+    assert len(ran) == 1 and ran[0] == soon.timestamp() and shipped == ["parity"]
+    ran.clear()
+    shipped.clear()  # a Ctrl-C before the pause time stops the campaign but ships nothing
+    monkeypatch.setattr(campaign, "utc_clock", lambda text: dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1))
+    monkeypatch.setattr(campaign, "run_in_foreground", lambda *a, **k: ran.append(1) or 130)
+    assert campaign.main([*args, "--pause-at", "08:00"]) == 130 and ran == [1] and shipped == []
     ran.clear()
     monkeypatch.setattr(campaign, "utc_clock", lambda text: dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=1))
     assert campaign.main([*args, "--pause-at", "00:00"]) == 0 and ran == []
     assert "00:00 UTC reached: stopping before command 1/" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         campaign.main([*args, "--pause-at", "08:00", "--jobs", "2"])
+    for wrong in ("8", "25:00", "08:60", "soon"):
+        with pytest.raises(SystemExit) as exit_:
+            campaign.main([*args, "--pause-at", wrong])
+        assert exit_.value.code == 2
+    assert "is not a UTC time HH:MM" in capsys.readouterr().err
 
 
 def test_a_command_that_resumed_from_a_shipped_checkpoint_records_no_wall_time(tmp_path, monkeypatch):
@@ -835,9 +853,50 @@ def test_a_command_that_resumed_from_a_shipped_checkpoint_records_no_wall_time(t
     monkeypatch.setattr(campaign, "run_in_foreground", lambda *a, **k: 0)
     times = tmp_path / "t.tsv"
     args = ["--task", "parity", "--seeds", "0", "--match", "method=dense", "--times", str(times)]
-    monkeypatch.setattr(campaign.campaign_partials, "shipped_for", lambda task: [tmp_path / "x.partial.pt"])
-    monkeypatch.setattr(campaign.campaign_partials, "drop_finished", lambda task: [])
+    # the command's stage had shipped: it is finished now and its shipped checkpoint goes
+    monkeypatch.setattr(campaign.campaign_partials, "drop_finished", lambda task: [tmp_path / "x.partial.pt"])
     assert campaign.main(args) == 0 and campaign.estimates(campaign.read_times(times)) == {}
-    monkeypatch.setattr(campaign.campaign_partials, "shipped_for", lambda task: [])
+    monkeypatch.setattr(campaign.campaign_partials, "drop_finished", lambda task: [])
     fresh = tmp_path / "fresh.tsv"  # (a second start in one file is left out anyway: campaign_times.read_times)
     assert campaign.main([*args[:-1], str(fresh)]) == 0 and campaign.estimates(campaign.read_times(fresh))
+
+
+def test_a_stage_another_process_is_training_is_not_shipped(tmp_path):
+    from filelock import FileLock
+
+    _campaign()
+    partials = load_script("campaign_partials")
+    cache, root = tmp_path / "cache", tmp_path / "artifacts"
+    busy = cache / "imagenet" / "acm" / "e2e-ccc.partial.pt"
+    _fake_partial(busy, 7)
+    with FileLock(str(cache / "imagenet" / "acm" / "e2e-ccc.pt.lock")):
+        assert partials.ship("imagenet", 0.0, "", cache, root) == []
+    assert partials.ship("imagenet", 0.0, "", cache, root) == [root / "imagenet" / "acm" / "e2e-ccc.partial.pt"]
+
+
+def test_ranks_started_by_torchrun_are_stopped_with_sigterm(tmp_path, monkeypatch):
+    """torchrun passes on the signal it gets; SIGTERM is the one every rank treats as a stop of them all."""
+    import signal
+
+    campaign = _campaign()
+    ready, got = tmp_path / "ready", tmp_path / "got"
+    child = ("import pathlib, signal, sys, time\n"
+             "def on(signum, frame):\n"
+             f"    pathlib.Path({str(got)!r}).write_text(signal.Signals(signum).name)\n"
+             "    sys.exit(143)\n"
+             "signal.signal(signal.SIGINT, on)\n"
+             "signal.signal(signal.SIGTERM, on)\n"
+             f"pathlib.Path({str(ready)!r}).touch()\n"
+             "time.sleep(60)\n")
+    monkeypatch.setattr(campaign, "launch", lambda line, nproc=1: [sys.executable, "-c", child])
+    real_sleep = campaign.time.sleep
+
+    def interrupt_once_ready(seconds):
+        while not ready.exists():
+            real_sleep(0.05)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(campaign.time, "sleep", interrupt_once_ready)
+    point = campaign.Point("parity", ("method=dense",))
+    assert campaign.run_in_foreground(["python", "-m", "bench"], 0, point, None, nproc=2) == 130
+    assert got.read_text() == signal.SIGTERM.name
