@@ -56,7 +56,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # scripts are not a package: 
 from campaign_plan import (CALIBRATION, CONTROL, DEFERRED, ONE_SEED, PLAN, RUN, SETTLED, TASK_MAJOR,  # noqa: E402,F401
                            TASK_ORDER, Point, command, commands, is_base, matching, planned, point_id, row_point,
                            starts_from_base)
+import campaign_launch  # noqa: E402
 import campaign_partials  # noqa: E402
+from campaign_launch import clock_time, launch, run_in_foreground, signals_held, stoppable, utc_clock  # noqa: E402,F401
 from campaign_times import (START, estimates, read_times, record, record_time,  # noqa: E402,F401
                             row_train_times, descends)
 
@@ -378,51 +380,6 @@ def run_settings(threads: int, train_threads: int) -> tuple[str, ...]:
     return (f"threads={threads}",) if train == threads else (f"threads={threads}", f"train_threads={train}")
 
 
-def _terminated(signum: int, frame) -> None:
-    raise KeyboardInterrupt
-
-
-def stoppable() -> None:
-    """Make SIGINT and SIGTERM stop the campaign as Ctrl-C does (its commands get SIGINT, save their
-    checkpoints and stop).  A campaign started in the background by a script (``nohup ... &``) starts with
-    SIGINT ignored, and its commands would inherit that; SIGTERM (``kill``) would end it without stopping them."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _terminated)
-
-
-def launch(line: list[str], nproc: int = 1) -> list[str]:
-    """The argv that runs a ``python -m bench run ...`` line: this interpreter, or with ``nproc`` > 1 torchrun
-    starting that many data-parallel ranks of it on this machine (a row does not depend on how many
-    processes trained its model; it records the number as ``world_size``)."""
-    if nproc <= 1:
-        return [sys.executable, *line[1:]]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *line[1:]]
-
-
-def run_in_foreground(line: list[str], seed: int, point: Point, shipper: BaseShipper | None, nproc: int = 1,
-                      pause_at: float | None = None) -> int:
-    """Run one command of the one-at-a-time campaign, its output on the campaign's, and return its exit code.
-    The command runs in its own session, so a Ctrl-C (or SIGINT to the campaign) reaches it once, forwarded:
-    the training saves its checkpoint and stops (130; under torchrun SIGTERM, to every rank).
-    With ``shipper``, its base ships once trained.  ``nproc``: ranks (:func:`launch`).  At ``pause_at`` (a
-    time.time()) the command is stopped as by a Ctrl-C (130)."""
-    process = subprocess.Popen(launch(line, nproc), cwd=ROOT, start_new_session=True)
-    try:
-        while process.poll() is None:
-            time.sleep(1)
-            if pause_at is not None and time.time() >= pause_at:
-                raise KeyboardInterrupt
-            if shipper is not None:
-                shipper.poll([(seed, point, line)], time.time())
-    except KeyboardInterrupt:
-        # one process gets SIGINT (Ctrl-C); torchrun passes on the signal it gets to every rank, and SIGTERM
-        # is the one a rank treats as a stop of them all (bench/signals.py: a collective failing after it)
-        process.send_signal(signal.SIGINT if nproc <= 1 else signal.SIGTERM)
-        process.wait()
-        return 130
-    return process.returncode
-
-
 def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | None, times: Path,
                  expected: dict[str, float], log_dir: Path, export_bases: bool = False, commit: bool = False) -> int:
     """Run the plan's pending commands ``jobs`` at a time, each on its share of the CPUs (``threads``, not
@@ -496,31 +453,6 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
     return 1 if failed else 0
 
 
-def clock_time(text: str) -> str:
-    """argparse type of ``--until`` and ``--pause-at``: ``HH:MM``, 24-hour UTC."""
-    try:
-        hour, minute = (int(x) for x in text.split(":"))
-    except ValueError:
-        hour = minute = -1
-    if not (0 <= hour < 24 and 0 <= minute < 60):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a UTC time HH:MM (e.g. 08:20)")
-    return text
-
-
-def signals_held():
-    from bench import signals
-
-    return signals.deferred()
-
-
-def utc_clock(text: str) -> dt.datetime:
-    """The next UTC time ``HH:MM`` (a time already past today means tomorrow)."""
-    hour, minute = (int(x) for x in text.split(":"))
-    now = dt.datetime.now(dt.timezone.utc)
-    when = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
-    return when + dt.timedelta(days=1) if when <= now else when
-
-
 def pause_and_ship(seed: int, point: Point, line: list[str], since: float, commit: bool, nproc: int = 1) -> None:
     """``--pause-at``: ship the checkpoints the stopped command saved, and commit them with --commit.  A stop
     signal meanwhile waits until the files are written (what is shipped is whole)."""
@@ -533,7 +465,8 @@ def pause_and_ship(seed: int, point: Point, line: list[str], since: float, commi
                                     "shipped checkpoint (scripts/campaign.py --pause-at --commit)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, checked (``parser.error``: one line and exit 2)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--list", action="store_true", help="print the commands and exit")
     parser.add_argument("--status", action="store_true",
@@ -593,6 +526,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--pause-at is the one-at-a-time campaign's: leave out --jobs")
     if args.fill and not args.until:
         parser.error("--fill needs --until (the stop time it fills up to)")
+    if args.fill and args.jobs > 1:
+        parser.error("--fill is the one-at-a-time campaign's; with --jobs, a command that would not end in "
+                     "time is always skipped")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     seeds = tuple(int(s) for s in args.seeds.split(","))
     plan = matching(planned(seeds, tuple(t for t in TASK_ORDER if not args.task or t in args.task)), args.match)
     times = Path(args.times)
@@ -606,15 +547,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     stoppable()
     stop = utc_clock(args.until) if args.until else None
-    pause = utc_clock(args.pause_at) if args.pause_at else None
     expected = estimates(read_times(times))
     trained = row_train_times() if stop else {}  # reads every row: only --until needs it
     if args.jobs > 1:
-        if args.fill:
-            parser.error("--fill is the one-at-a-time campaign's; with --jobs, a command that would not end in "
-                         "time is always skipped")
         return run_parallel(plan, args.jobs, stop, times, {**trained, **expected}, ROOT / ".cache" / "campaign",
                             args.export_bases, args.commit)
+    return run_one_at_a_time(plan, args, times, train_threads, stop, expected, trained)
+
+
+def run_one_at_a_time(plan: list[tuple[int, Point]], args: argparse.Namespace, times: Path,
+                      train_threads: dict[str, int], stop: dt.datetime | None, expected: dict[str, float],
+                      trained: dict[str, float]) -> int:
+    """The plan's commands in order, one at a time (:func:`run_in_foreground`), within ``--until`` (``stop``)
+    and ``--pause-at``; 1 if one failed, 130 when stopped or paused."""
+    pause = utc_clock(args.pause_at) if args.pause_at else None
     failed = 0
     shipper = BaseShipper(args.commit) if args.export_bases else None
     skipped_bases: set[tuple[str, int]] = set()  # --fill: (task, seed) whose base was left for later
@@ -647,27 +593,36 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"[campaign] {args.until} UTC {why}: stopping before command {i}/{len(plan)}", flush=True)
             break
-        record(times, seed, point, START)
-        start = time.time()
         print(f"[campaign] {i}/{len(plan)} {dt.datetime.now(dt.timezone.utc):%H:%M:%S} "
               f"{shlex.join(line if args.nproc == 1 else ['torchrun', f'--nproc_per_node={args.nproc}', *line[1:]])}",
               flush=True)
-        rc = run_in_foreground(line, seed, point, shipper, args.nproc, pause.timestamp() if pause else None)
-        seconds = time.time() - start
-        print(f"[campaign] rc={rc} after {seconds:.0f} s", flush=True)
-        if rc == 130:  # interrupted: stop the campaign too
-            if pause is not None and dt.datetime.now(dt.timezone.utc) >= pause:  # paused, not Ctrl-C
-                pause_and_ship(seed, point, line, start, args.commit, args.nproc)
+        rc = run_command(seed, point, line, args, times, shipper, pause)
+        if rc == 130:  # interrupted or paused: stop the campaign too
             return rc
-        if rc == 0:
-            if not campaign_partials.drop_finished(point.task):  # it resumed: its wall time covers part of it
-                record_time(times, seed, point, seconds)
-            if args.export_bases and (is_base(point) or starts_from_base(point)):
-                export_new_base(seed, point.task, None if is_base(point) else line)
-            if args.commit:
-                commit_finished(seed, point, times)
         failed += rc != 0
     return 1 if failed else 0
+
+
+def run_command(seed: int, point: Point, line: list[str], args: argparse.Namespace, times: Path,
+                shipper: BaseShipper | None, pause: dt.datetime | None) -> int:
+    """Run one command of the one-at-a-time campaign and settle what it leaves: paused, its checkpoints ship;
+    finished, its wall time (unless it resumed from shipped checkpoints), its base (``--export-bases``) and
+    its commit (``--commit``).  Its exit code."""
+    record(times, seed, point, START)
+    start = time.time()
+    rc = run_in_foreground(line, seed, point, shipper, args.nproc, pause.timestamp() if pause else None)
+    seconds = time.time() - start
+    print(f"[campaign] rc={rc} after {seconds:.0f} s", flush=True)
+    if rc == 130 and pause is not None and dt.datetime.now(dt.timezone.utc) >= pause:  # paused, not Ctrl-C
+        pause_and_ship(seed, point, line, start, args.commit, args.nproc)
+    if rc == 0:
+        if not campaign_partials.drop_finished(point.task):  # it resumed: its wall time covers part of it
+            record_time(times, seed, point, seconds)
+        if args.export_bases and (is_base(point) or starts_from_base(point)):
+            export_new_base(seed, point.task, None if is_base(point) else line)
+        if args.commit:
+            commit_finished(seed, point, times)
+    return rc
 
 
 if __name__ == "__main__":

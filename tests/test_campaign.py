@@ -888,7 +888,7 @@ def test_ranks_started_by_torchrun_are_stopped_with_sigterm(tmp_path, monkeypatc
              "signal.signal(signal.SIGTERM, on)\n"
              f"pathlib.Path({str(ready)!r}).touch()\n"
              "time.sleep(60)\n")
-    monkeypatch.setattr(campaign, "launch", lambda line, nproc=1: [sys.executable, "-c", child])
+    monkeypatch.setattr(campaign.campaign_launch, "launch", lambda line, nproc=1: [sys.executable, "-c", child])
     real_sleep = campaign.time.sleep
 
     def interrupt_once_ready(seconds):
