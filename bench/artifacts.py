@@ -154,17 +154,13 @@ def install_partial(shipped: Shipped, ckpt: Path, partial: Path) -> None:
         return
     log.info("resuming %s from the shipped checkpoint %s at step %d (trained by: %s)", Path(partial).name, origin,
              int(shipped.meta["step"]), shipped.meta["command"])
-    here, there = _world(), int(shipped.meta.get("world", 1))
+    from bench import distributed
+
+    here, there = distributed.world(), int(shipped.meta.get("world", 1))
     if here != there:
         log.warning("%s: its %d steps ran on %d process(es), this run has %d: each rank draws its own noise, so "
                     "the rest does not follow an uninterrupted run of either", Path(partial).name,
                     int(shipped.meta["step"]), there, here)
-
-
-def _world() -> int:
-    from bench import distributed
-
-    return distributed.world()
 
 
 def export_partial(path: Path, *, command: str, git_sha: str, machine: str, root: Path | None = None) -> Path:

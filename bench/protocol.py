@@ -254,31 +254,25 @@ def base_stage_name(width: float = 1.0, depth: float = 1.0) -> str:
 
 
 def stage_state(run: "RunContext", owner: str, name: str, key: Any) -> str:
+    return _stage_status(run, owner, name, key)[0]
+
+
+def _stage_status(run: "RunContext", owner: str, name: str, key: Any) -> tuple[str, int]:
     """"cached" (a checkpoint is there; it is checked when loaded), "shipped" (installed from artifacts/ when
     needed) or "to train".  Only looks for files: nothing is loaded for the plan."""
-    if run.stage_path(owner, name, key).exists():
-        return "cached"
-    if run.shipped and artifacts.find(run.stage_path(owner, name, key)) is not None:
-        return "shipped"
-    shipped = _shipped_partial(run, owner, name, key)
-    if shipped is not None and shipped.meta.get("finished"):
-        return "shipped"
-    return "to train" + (f" from step {shipped.meta['step']} of a shipped checkpoint" if shipped is not None else "")
-
-
-def _shipped_partial(run: "RunContext", owner: str, name: str, key: Any) -> "artifacts.Shipped | None":
-    """The shipped checkpoint a run would install for this stage (none when this cache can resume it)."""
     ckpt = run.stage_path(owner, name, key)
-    if not run.shipped or train_module.partial_path(ckpt).exists():
-        return None
-    return artifacts.find_partial(ckpt)
-
-
-def shipped_step(run: "RunContext", owner: str, name: str, key: Any) -> int:
-    """The step an unfinished stage resumes at from its shipped checkpoint (0: none, or this cache has a
-    checkpoint of its own to resume)."""
-    shipped = _shipped_partial(run, owner, name, key)
-    return int(shipped.meta["step"]) if shipped is not None and not shipped.meta.get("finished") else 0
+    if ckpt.exists():
+        return "cached", 0
+    if run.shipped and artifacts.find(ckpt) is not None:
+        return "shipped", 0
+    # a paused command's shipped checkpoint, installed when this cache has none of its own to resume
+    shipped = artifacts.find_partial(ckpt) if run.shipped and not train_module.partial_path(ckpt).exists() else None
+    if shipped is None:
+        return "to train", 0
+    if shipped.meta.get("finished"):
+        return "shipped", 0
+    step = int(shipped.meta["step"])
+    return f"to train from step {step} of a shipped checkpoint", step
 
 
 def describe_plan(method: "Method", the_plan: Plan) -> tuple[str, int]:
@@ -287,17 +281,17 @@ def describe_plan(method: "Method", the_plan: Plan) -> tuple[str, int]:
     run, task = method.run, method.task
     parts, steps_left = [], 0
     if the_plan.starts_from == "base":
-        state = stage_state(run, "dense", base_stage_name(), the_plan.parent_key)
+        state, done = _stage_status(run, "dense", base_stage_name(), the_plan.parent_key)
         base_steps = int(task.base_budget()["steps"])
         parts.append(f"dense base {base_steps} steps ({state})")
         if state.startswith("to train"):
-            steps_left += base_steps - shipped_step(run, "dense", base_stage_name(), the_plan.parent_key)
+            steps_left += base_steps - done
     for planned in the_plan.stages:
         if planned.steps:
-            state = stage_state(run, run.method, planned.stage.name, planned.key)
+            state, done = _stage_status(run, run.method, planned.stage.name, planned.key)
             parts.append(f"{planned.stage.name} {planned.steps} steps ({state})")
             if state.startswith("to train"):
-                steps_left += planned.steps - shipped_step(run, run.method, planned.stage.name, planned.key)
+                steps_left += planned.steps - done
     return ", then ".join(parts) or "nothing to train", steps_left
 
 

@@ -58,7 +58,7 @@ from campaign_plan import (CALIBRATION, CONTROL, DEFERRED, ONE_SEED, PLAN, RUN, 
                            starts_from_base)
 import campaign_launch  # noqa: E402
 import campaign_partials  # noqa: E402
-from campaign_launch import clock_time, launch, run_in_foreground, signals_held, stoppable, utc_clock  # noqa: E402,F401
+from campaign_launch import clock_time, launch, run_in_foreground, stoppable, utc_clock  # noqa: E402,F401
 from campaign_times import (START, estimates, read_times, record, record_time,  # noqa: E402,F401
                             row_train_times, descends)
 
@@ -456,7 +456,9 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
 def pause_and_ship(seed: int, point: Point, line: list[str], since: float, commit: bool, nproc: int = 1) -> None:
     """``--pause-at``: ship the checkpoints the stopped command saved, and commit them with --commit.  A stop
     signal meanwhile waits until the files are written (what is shipped is whole)."""
-    with signals_held():
+    from bench import signals
+
+    with signals.deferred():
         campaign_partials.drop_finished(point.task)  # stale ones first: they count against the size limit
         shipped = campaign_partials.ship(point.task, since, shlex.join(launch(line, nproc)[1:]) if nproc > 1
                                          else shlex.join(line))

@@ -42,8 +42,8 @@ def run_in_foreground(line: list[str], seed: int, point: Any, shipper: Any, npro
     """Run one command of the one-at-a-time campaign, its output on the campaign's, and return its exit code.
     The command runs in its own session, so a Ctrl-C (or SIGINT to the campaign) reaches it once, forwarded:
     the training saves its checkpoint and stops (130; under torchrun SIGTERM, to every rank).
-    With ``shipper`` (campaign.BaseShipper), its base ships once trained.  ``nproc``: ranks (:func:`launch`).  At ``pause_at`` (a
-    time.time()) the command is stopped as by a Ctrl-C (130)."""
+    With ``shipper`` (campaign.BaseShipper), its base ships once trained.  ``nproc``: ranks (:func:`launch`).
+    At ``pause_at`` (a time.time()) the command is stopped as by a Ctrl-C (130)."""
     process = subprocess.Popen(launch(line, nproc), cwd=ROOT, start_new_session=True)
     try:
         while process.poll() is None:
@@ -70,12 +70,6 @@ def clock_time(text: str) -> str:
     if not (0 <= hour < 24 and 0 <= minute < 60):
         raise argparse.ArgumentTypeError(f"{text!r} is not a UTC time HH:MM (e.g. 08:20)")
     return text
-
-
-def signals_held():
-    from bench import signals
-
-    return signals.deferred()
 
 
 def utc_clock(text: str) -> dt.datetime:

@@ -4,8 +4,8 @@ A command paused by the campaign saves its running stage's resumable checkpoint 
 copies it under ``artifacts/`` with the stages the command finished before it (bench/artifacts.py:
 ``export_partial``), so that the same command on a later session's fresh machine resumes from that step
 instead of starting over.  Once the command has its rows, :func:`drop_finished` removes what it shipped.
-Every shipped version stays in git history: a paused command adds about three times its model's size.  Both stay within the repository's limit on
-shipped files (:data:`SHIPPED_LIMIT`).
+What ships stays within the repository's limit on shipped files (:data:`SHIPPED_LIMIT`); every shipped version
+also stays in git history (a pause adds about three times its model's size).
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ SHIPPED_LIMIT = 64 * 2 ** 20  # bytes of shipped files (weights and resumable ch
 
 
 def shipped_bytes(artifacts_root: Path | None = None) -> int:
-    """Bytes of the shipped weights and resumable checkpoints under artifacts/."""
-    root = artifacts_root or ROOT / "artifacts"
+    """Bytes of the shipped weights and paused commands' checkpoints under artifacts/."""
+    from bench import artifacts
+
+    root = artifacts_root or artifacts.ROOT
     return sum(p.stat().st_size for pattern in ("*.safetensors", "*.partial.pt") for p in root.rglob(pattern))
 
 
@@ -72,7 +74,7 @@ def _locked(ckpt: Path) -> bool:
 
 
 def shipped_for(task: str, artifacts_root: Path | None = None) -> list[Path]:
-    """The shipped resumable checkpoints of ``task`` (a command that resumes from one runs shorter than the whole)."""
+    """The shipped checkpoints of ``task``'s paused commands."""
     from bench import artifacts
 
     return sorted(((artifacts_root or artifacts.ROOT) / task).glob(f"*/*{artifacts.PARTIAL_SUFFIX}"))

@@ -512,6 +512,19 @@ def test_a_base_trained_on_the_way_ships_before_its_command_ends(tmp_path, monke
     assert len(exported) == 1 and len(commits) == 1  # once
 
 
+def _interrupt_once_ready(campaign, monkeypatch, ready) -> None:
+    """The foreground loop's first sleep waits for the child to have armed its handlers (``ready``), then
+    raises KeyboardInterrupt, as a Ctrl-C to the campaign would."""
+    real_sleep = campaign.time.sleep
+
+    def interrupt_once_ready(seconds):
+        while not ready.exists():
+            real_sleep(0.05)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(campaign.time, "sleep", interrupt_once_ready)
+
+
 def test_an_interrupted_foreground_command_gets_one_sigint_and_stops(tmp_path, monkeypatch):
     """The one-at-a-time campaign, interrupted, forwards SIGINT to its command (which runs in its own session,
     so a Ctrl-C reaches it only this way) and returns 130 once the command has stopped."""
@@ -526,14 +539,7 @@ def test_an_interrupted_foreground_command_gets_one_sigint_and_stops(tmp_path, m
              "signal.signal(signal.SIGINT, on_int)\n"
              f"pathlib.Path({str(ready)!r}).touch()\n"
              "time.sleep(60)\n")
-    real_sleep = campaign.time.sleep
-
-    def interrupt_once_ready(seconds):
-        while not ready.exists():
-            real_sleep(0.05)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(campaign.time, "sleep", interrupt_once_ready)
+    _interrupt_once_ready(campaign, monkeypatch, ready)
     point = campaign.Point("parity", ("method=dense",))
     assert campaign.run_in_foreground(["python", "-c", child], 0, point, None) == 130
     assert got.read_text() == "1"
@@ -889,14 +895,7 @@ def test_ranks_started_by_torchrun_are_stopped_with_sigterm(tmp_path, monkeypatc
              f"pathlib.Path({str(ready)!r}).touch()\n"
              "time.sleep(60)\n")
     monkeypatch.setattr(campaign.campaign_launch, "launch", lambda line, nproc=1: [sys.executable, "-c", child])
-    real_sleep = campaign.time.sleep
-
-    def interrupt_once_ready(seconds):
-        while not ready.exists():
-            real_sleep(0.05)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(campaign.time, "sleep", interrupt_once_ready)
+    _interrupt_once_ready(campaign, monkeypatch, ready)
     point = campaign.Point("parity", ("method=dense",))
     assert campaign.run_in_foreground(["python", "-m", "bench"], 0, point, None, nproc=2) == 130
     assert got.read_text() == signal.SIGTERM.name
