@@ -353,9 +353,8 @@ def test_the_pareto_figure_rings_uncertain_front_points_apart(tmp_path):
     assert (tmp_path / "fig.png") == report_plots.plot_task(view, tmp_path / "fig.png")
 
 
-def test_a_seeds_own_hull_is_read_at_its_own_rows_cost_fractions(tmp_path):
-    """Where the dense base's cost differs by seed, a seed's per-seed Δ at a budget reads that seed's hull at
-    its rows' own fractions of its own base (seed 1's point at 50% of its base is read at 50%)."""
+def _write_two_bases(tmp_path):
+    """Two seeds whose dense bases cost 100 and 120 MACs, with points at their own fractions of them."""
     n = 2000
     for seed, base, points in ((0, 100.0, (("a", 0.4, 0.70), ("b", 0.6, 0.80))),
                                (1, 120.0, (("a", 0.3, 0.70), ("b", 0.5, 0.85)))):
@@ -368,13 +367,34 @@ def test_a_seeds_own_hull_is_read_at_its_own_rows_cost_fractions(tmp_path):
             samples = pd.DataFrame({"target": 0, "prediction": (1 - score).astype(int), "score": score,
                                     "macs": frac * base, "index": np.arange(n)})
             results.append(tmp_path, row, f"{method}-{knob}-s{seed}", samples)
-    claim = Claim("c", "test", "test", "toy", (Beats(Select("m"), Select("dense"), budgets=(0.5,), b_is_point=True,
-                                                     margin=-0.2),), dataset=DATASET)
-    item = report_claims.evaluate(claim, _views(tmp_path), tmp_path).checks[0].items[0]
+
+
+def _item_at(tmp_path, budget: float):
+    claim = Claim("c", "test", "test", "toy", (Beats(Select("m"), Select("dense"), budgets=(budget,),
+                                                     b_is_point=True, margin=-0.2),), dataset=DATASET)
+    return report_claims.evaluate(claim, _views(tmp_path), tmp_path).checks[0].items[0]
+
+
+def test_a_seeds_own_hull_is_read_at_its_own_rows_cost_fractions(tmp_path):
+    """Where the dense base's cost differs by seed, a seed's per-seed Δ at a budget reads that seed's hull at
+    its rows' own fractions of its own base (seed 1's point at 50% of its base is read at 50%)."""
+    _write_two_bases(tmp_path)
+    item = _item_at(tmp_path, 0.5)
     assert "s0: -0.1500" in item.seeds  # halfway between 0.70 (40%) and 0.80 (60%)
     assert "s1: -0.0500" in item.seeds  # exactly its 50% point, not a read at the seed means' fractions
     # the pooled Δ is the mean of the per-seed Δs (the hull of the seed means would give -0.10625)
     assert item.delta == pytest.approx(-0.10)
+
+
+def test_the_hull_column_names_the_seeds_that_reach_a_budget_the_seed_means_do_not(tmp_path):
+    """At 30%, only seed 1's own hull is measured (its cheapest point is there; seed 0's is at 40%, and the
+    seed means' cheapest at 35%): the line compares no seed pair with both sides, and its hull column says
+    which seed's hull reached the budget rather than a bare "not measured"."""
+    _write_two_bases(tmp_path)
+    item = _item_at(tmp_path, 0.3)
+    assert item.seeds == "s0: —, s1: -0.2000"
+    assert item.hull == "A: not measured on the seed means' hull (reached by the own hull of s1)"
+    assert _item_at(tmp_path, 0.2).hull == "A: not measured"  # no seed reaches it
 
 
 def test_the_pooled_delta_averages_the_seeds_both_sides_have(tmp_path):

@@ -218,6 +218,15 @@ def hull_segment(pts, budget: float, higher_is_better: bool) -> str:
     return f"{name(int(vertices[right - 1]))} to {name(int(vertices[right]))}"
 
 
+def _segment_or_seeds(pts, budget: float, higher_is_better: bool, reached: list[int]) -> str:
+    """:func:`hull_segment` on the seed means' points, saying which seeds' own hulls reach a budget that the
+    means' hull does not (a seed's hull is chosen on its own points, so its cost range can be wider)."""
+    segment = hull_segment(pts, budget, higher_is_better)
+    if segment != "not measured" or not reached:
+        return segment
+    return f"not measured on the seed means' hull (reached by the own hull of {', '.join(f's{s}' for s in reached)})"
+
+
 @dataclass
 class Side:
     """One side of a comparison over its seeds: the seed mean, its two-level draws and its draws over test
@@ -357,8 +366,10 @@ def _budget_items(cmp: _Comparison) -> list[Item]:
         # a seed either side lacks is not compared
         pairs = {seed: (*cmp.seed_hull(cmp.a_seeds, seed, x), *cmp.b_at(x, seed))
                  for seed in sorted(set(cmp.a_seeds) | set(cmp.b_seeds))}
-        hull = f"A: {hull_segment(cmp.a_pts, x, cmp.hib)}" + (
-            "" if cmp.check.b_is_point else f"; B: {hull_segment(cmp.b_pts, x, cmp.hib)}")
+        a_reached = [seed for seed, pair in pairs.items() if math.isfinite(pair[0])]
+        b_reached = [seed for seed, pair in pairs.items() if math.isfinite(pair[2])]
+        hull = f"A: {_segment_or_seeds(cmp.a_pts, x, cmp.hib, a_reached)}" + (
+            "" if cmp.check.b_is_point else f"; B: {_segment_or_seeds(cmp.b_pts, x, cmp.hib, b_reached)}")
         items.append(_beats_item(cmp, f"at {x:.0%} of dense cost", pairs, hull=hull))
     return items
 
