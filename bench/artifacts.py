@@ -115,15 +115,25 @@ def shipped_partial_path(ckpt: Path, root: Path | None = None) -> Path:
     return shipped_path(ckpt, root).with_name(f"{Path(ckpt).stem}{PARTIAL_SUFFIX}")
 
 
-def _partial_meta(path: Path) -> Path:
-    return path.with_name(path.name.replace(PARTIAL_SUFFIX, ".partial.json"))
+def stage_of(path: Path) -> Path:
+    """The stage checkpoint ``<name>-<key>.pt`` that a ``<name>-<key>.partial.pt`` (resumable or shipped)
+    belongs to, in the same folder; a stage checkpoint is returned as it is."""
+    path = Path(path)
+    return path.with_name(path.name.removesuffix(PARTIAL_SUFFIX) + ".pt") if path.name.endswith(PARTIAL_SUFFIX) \
+        else path
+
+
+def partial_meta(path: Path) -> Path:
+    """The metadata file (``.partial.json``) beside a shipped ``.partial.pt``."""
+    path = Path(path)
+    return path.with_name(path.name.removesuffix(PARTIAL_SUFFIX) + ".partial.json")
 
 
 def find_partial(ckpt: Path, root: Path | None = None) -> Shipped | None:
     """The shipped checkpoint of the stage ``ckpt`` of an unfinished command, or None.  ``meta["finished"]``:
     it is the finished stage (else its resumable state at ``meta["step"]``)."""
     state = shipped_partial_path(ckpt, root)
-    meta = _partial_meta(state)
+    meta = partial_meta(state)
     if not (state.exists() and meta.exists()):
         return None
     return Shipped(state, json.loads(meta.read_text()))
@@ -138,7 +148,7 @@ def install_partial(shipped: Shipped, ckpt: Path, partial: Path) -> None:
     actual = sha256(shipped.weights)
     if actual != shipped.meta["sha256"]:
         raise UserError(f"shipped checkpoint {shipped.weights} does not match its sha256 in "
-                        f"{_partial_meta(shipped.weights).name} ({actual[:12]} vs {shipped.meta['sha256'][:12]}); "
+                        f"{partial_meta(shipped.weights).name} ({actual[:12]} vs {shipped.meta['sha256'][:12]}); "
                         "restore it (git checkout -- artifacts) or run with shipped=false to train the stage")
     try:
         state = torch.load(shipped.weights, map_location="cpu", weights_only=True)
@@ -179,7 +189,7 @@ def export_partial(path: Path, *, command: str, git_sha: str, machine: str, root
     needed = {"model", "steps", "time_s"} if finished else {"model", "optimizer", "step", "time_s"}
     if not isinstance(state, dict) or not needed <= set(state):
         raise UserError(f"cannot ship {path}: not a stage checkpoint (it lacks {', '.join(sorted(needed))})")
-    ckpt = path if finished else path.with_name(path.name.replace(PARTIAL_SUFFIX, ".pt"))
+    ckpt = stage_of(path)
     target = shipped_partial_path(ckpt, root)
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_save(state, target)
@@ -188,7 +198,7 @@ def export_partial(path: Path, *, command: str, git_sha: str, machine: str, root
     meta = {"finished": finished, "step": int(state["steps"] if finished else state["step"]),
             "time_s": round(float(state["time_s"]), 1), "world": int(sampler.get("world", 1)),
             "command": command, "git_sha": git_sha, "trained_on": machine, "sha256": sha256(target)}
-    meta_path = _partial_meta(target)
+    meta_path = partial_meta(target)
     tmp = meta_path.with_name(f".{meta_path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, meta_path)
@@ -200,6 +210,6 @@ def drop_partial(ckpt: Path, root: Path | None = None) -> bool:
     was one."""
     state = shipped_partial_path(ckpt, root)
     found = state.exists()
-    for path in (state, _partial_meta(state)):
+    for path in (state, partial_meta(state)):
         path.unlink(missing_ok=True)
     return found

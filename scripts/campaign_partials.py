@@ -36,7 +36,7 @@ def ship(task: str, since: float, command: str, cache: Path = CACHE, artifacts_r
     written = []
     machine = f"{provenance.device_name('cpu')}, {os.cpu_count()} CPUs"
     for path in _stage_files(cache / task, since):
-        ckpt = path.with_name(path.name.replace(artifacts.PARTIAL_SUFFIX, ".pt"))
+        ckpt = artifacts.stage_of(path)
         if artifacts.find(ckpt, artifacts_root) is not None or _locked(ckpt):
             continue
         old = artifacts.shipped_partial_path(ckpt, artifacts_root)
@@ -87,7 +87,7 @@ def drop_finished(task: str, cache: Path = CACHE, artifacts_root: Path | None = 
     root = artifacts_root or artifacts.ROOT
     dropped = []
     for shipped in shipped_for(task, root):
-        ckpt = cache / task / shipped.parent.name / shipped.name.replace(artifacts.PARTIAL_SUFFIX, ".pt")
+        ckpt = cache / task / shipped.parent.name / artifacts.stage_of(shipped).name
         if train.is_done(ckpt) and artifacts.drop_partial(ckpt, root):
             dropped.append(shipped)
             print(f"[campaign] {ckpt.name} is finished: its shipped checkpoint {shipped.name} is removed", flush=True)
@@ -97,4 +97,6 @@ def drop_finished(task: str, cache: Path = CACHE, artifacts_root: Path | None = 
 def _step(shipped: Path) -> int:
     import json
 
-    return int(json.loads(shipped.with_name(shipped.name.replace(".pt", ".json")).read_text())["step"])
+    from bench import artifacts
+
+    return int(json.loads(artifacts.partial_meta(shipped).read_text())["step"])
