@@ -499,7 +499,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--nproc", type=int, default=1,
                         help="data-parallel ranks per one-at-a-time command (torchrun, one training thread each; "
                              "default 1): two ranks end one long training sooner than one process does, while "
-                             "--jobs 2 gets more steps in all from several commands")
+                             "--jobs 2 gets more steps in all from several commands; the times file keeps its wall times apart "
+                             "from one process's)")
     parser.add_argument("--pause-at", default=None, type=clock_time,
                         help="UTC HH:MM: stop the command running then (it saves its checkpoint) and end; the "
                              "resumable checkpoints it saved ship under artifacts/ (committed with --commit), so the "
@@ -542,14 +543,14 @@ def main(argv: list[str] | None = None) -> int:
     train_threads = training_threads(tuple({point.task for _, point in plan}),
                                      1 if args.nproc > 1 else args.train_threads)
     if args.status:
-        print("\n".join(status(plan, read_times(times), row_train_times(), throughput_estimator(train_threads))))
+        print("\n".join(status(plan, read_times(times, args.nproc), row_train_times(), throughput_estimator(train_threads))))
         return 0
     if args.list:
         print("\n".join(shlex.join(command(seed, point)) for seed, point in plan))
         return 0
     stoppable()
     stop = utc_clock(args.until) if args.until else None
-    expected = estimates(read_times(times))
+    expected = estimates(read_times(times, args.nproc))
     trained = row_train_times() if stop else {}  # reads every row: only --until needs it
     if args.jobs > 1:
         return run_parallel(plan, args.jobs, stop, times, {**trained, **expected}, ROOT / ".cache" / "campaign",
@@ -610,7 +611,7 @@ def run_command(seed: int, point: Point, line: list[str], args: argparse.Namespa
     """Run one command of the one-at-a-time campaign and settle what it leaves: paused, its checkpoints ship;
     finished, its wall time (unless it resumed from shipped checkpoints), its base (``--export-bases``) and
     its commit (``--commit``).  Its exit code."""
-    record(times, seed, point, START)
+    record(times, seed, point, START, args.nproc)
     start = time.time()
     rc = run_in_foreground(line, seed, point, shipper, args.nproc, pause.timestamp() if pause else None)
     seconds = time.time() - start
@@ -619,7 +620,7 @@ def run_command(seed: int, point: Point, line: list[str], args: argparse.Namespa
         pause_and_ship(seed, point, line, start, args.commit, args.nproc)
     if rc == 0:
         if not campaign_partials.drop_finished(point.task):  # it resumed: its wall time covers part of it
-            record_time(times, seed, point, seconds)
+            record_time(times, seed, point, seconds, args.nproc)
         if args.export_bases and (is_base(point) or starts_from_base(point)):
             export_new_base(seed, point.task, None if is_base(point) else line)
         if args.commit:

@@ -17,19 +17,20 @@ from campaign_plan import PLAN, Point, point_id, row_point  # noqa: E402
 START = "start"  # the times file's marker of a command the campaign started (its finish line follows)
 
 
-def read_times(path: Path) -> dict[tuple[str, int], float]:
+def read_times(path: Path, nproc: int = 1) -> dict[tuple[str, int], float]:
     """(point id, seed) -> wall seconds of the campaign command that made its rows, for commands that ran
-    from start to finish in one campaign: a command started more than once before it finished (it was
-    interrupted and resumed) ran only part of its work in the last run, so it is left out.  Lines that do
-    not parse (a line cut short) are skipped."""
+    from start to finish in one campaign on ``nproc`` processes (``--nproc``; lines of other counts are
+    another command's times): a command started more than once before it finished (it was interrupted and
+    resumed) ran only part of its work in the last run, so it is left out.  Lines that do not parse (a line
+    cut short) are skipped."""
     out: dict[tuple[str, int], float] = {}
     starts: dict[tuple[str, int], int] = {}
     if path.exists():
         for line in path.read_text().splitlines():
             parts = line.split("\t")
-            if len(parts) != 3:
+            if len(parts) not in (3, 4) or _processes(parts[3:]) != nproc:
                 continue
-            first, seed, point = parts
+            first, seed, point = parts[:3]
             try:
                 key = (point, int(seed))
                 if first == START:
@@ -45,16 +46,25 @@ def read_times(path: Path) -> dict[tuple[str, int], float]:
     return out
 
 
-def record(path: Path, seed: int, point: Point, first: str) -> None:
+def _processes(extra: list[str]) -> int | None:
+    """The process count of a times line's optional fourth column (``nproc=N``; none: 1); None if it does
+    not parse."""
+    if not extra:
+        return 1
+    name, _, value = extra[0].partition("=")
+    return int(value) if name == "nproc" and value.isdigit() else None
+
+
+def record(path: Path, seed: int, point: Point, first: str, nproc: int = 1) -> None:
     """Append one line to the times file: ``first`` (:data:`START`, or the finished command's wall seconds),
-    the seed and the point id, tab-separated."""
+    the seed and the point id, tab-separated, and ``nproc=N`` for a command trained on N > 1 processes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
-        f.write(f"{first}\t{seed}\t{point_id(point)}\n")
+        f.write(f"{first}\t{seed}\t{point_id(point)}" + (f"\tnproc={nproc}" if nproc > 1 else "") + "\n")
 
 
-def record_time(path: Path, seed: int, point: Point, seconds: float) -> None:
-    record(path, seed, point, f"{seconds:.1f}")
+def record_time(path: Path, seed: int, point: Point, seconds: float, nproc: int = 1) -> None:
+    record(path, seed, point, f"{seconds:.1f}", nproc)
 
 
 def estimates(times: dict[tuple[str, int], float]) -> dict[str, float]:

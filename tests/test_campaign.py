@@ -113,6 +113,25 @@ def test_times_of_interrupted_commands_are_left_out(tmp_path):
     assert campaign.read_times(times) == {(campaign.point_id(a), 0): 100.0, (campaign.point_id(b), 1): 80.0}
 
 
+def test_times_are_kept_apart_by_the_number_of_processes(tmp_path):
+    """A command trained on two ranks (--nproc 2) takes another wall time than on one process: each count
+    reads only its own lines, and a line whose count does not parse is skipped."""
+    campaign = _campaign()
+    point = campaign.Point("parity", ("dense.depth=2",))
+    times = tmp_path / "times.tsv"
+    campaign.record(times, 0, point, campaign.START)
+    campaign.record_time(times, 0, point, 100.0)
+    campaign.record(times, 1, point, campaign.START, nproc=2)
+    campaign.record_time(times, 1, point, 60.0, nproc=2)
+    with times.open("a") as f:
+        f.write(f"50.0\t2\t{campaign.point_id(point)}\tnproc=two\n")
+    assert times.read_text().splitlines()[3].endswith("\tnproc=2")
+    key = campaign.point_id(point)
+    assert campaign.read_times(times) == {(key, 0): 100.0}
+    assert campaign.read_times(times, nproc=2) == {(key, 1): 60.0}
+    assert campaign.read_times(times, nproc=4) == {}
+
+
 def test_until_starts_no_command_that_its_recorded_time_would_carry_past_the_stop(tmp_path):
     """--until: a command starts before the stop time only when the same point's longest recorded wall time
     (any seed) ends by then; with no recorded time it starts whenever the stop time has not come."""
