@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
 import torch
@@ -259,20 +260,34 @@ def stage_state(run: "RunContext", owner: str, name: str, key: Any) -> str:
 
 def _stage_status(run: "RunContext", owner: str, name: str, key: Any) -> tuple[str, int]:
     """"cached" (a checkpoint is there; it is checked when loaded), "shipped" (installed from artifacts/ when
-    needed) or "to train".  Only looks for files: nothing is loaded for the plan."""
+    needed), "to train from step N" of the cache's own resumable checkpoint or of a shipped one, or "to train";
+    with the step training resumes at.  Looks for files; of a resumable checkpoint it reads the step alone
+    (memory-mapped: the weights are not read)."""
     ckpt = run.stage_path(owner, name, key)
     if ckpt.exists():
         return "cached", 0
     if run.shipped and artifacts.find(ckpt) is not None:
         return "shipped", 0
+    own = train_module.partial_path(ckpt)
+    if own.exists():
+        step = _saved_step(own)
+        return (f"to train from step {step} of its checkpoint in the cache", step) if step else ("to train", 0)
     # a paused command's shipped checkpoint, installed when this cache has none of its own to resume
-    shipped = artifacts.find_partial(ckpt) if run.shipped and not train_module.partial_path(ckpt).exists() else None
+    shipped = artifacts.find_partial(ckpt) if run.shipped else None
     if shipped is None:
         return "to train", 0
     if shipped.meta.get("finished"):
         return "shipped", 0
     step = int(shipped.meta["step"])
     return f"to train from step {step} of a shipped checkpoint", step
+
+
+def _saved_step(partial: Path) -> int:
+    """The step a resumable checkpoint resumes at (0 when it cannot be read: the trainer then says why)."""
+    try:
+        return int(torch.load(partial, map_location="cpu", weights_only=True, mmap=True)["step"])
+    except Exception:  # a checkpoint cut short or of another format: the plan does not fail on it
+        return 0
 
 
 def describe_plan(method: "Method", the_plan: Plan) -> tuple[str, int]:

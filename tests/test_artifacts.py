@@ -176,9 +176,20 @@ def test_a_cache_that_can_resume_on_its_own_ignores_the_shipped_checkpoint(tmp_p
     _, partial = _stopped_base(tmp_path, "a", 6)
     artifacts.export_partial(partial, command="", git_sha="", machine="")
     run, task = _base(tmp_path, "c")
-    assert protocol.stage_state(run, "dense", protocol.base_stage_name(), run.base_key(task)) == "to train"
+    assert protocol.stage_state(run, "dense", protocol.base_stage_name(), run.base_key(task)) == (
+        "to train from step 3 of its checkpoint in the cache")
     _stopped_base(tmp_path, "c", 1)
     assert torch.load(own, weights_only=True)["step"] == 4
+
+
+def test_the_plan_does_not_fail_on_a_resumable_checkpoint_cut_short(tmp_path):
+    """A resumable checkpoint that does not load reads "to train" in the plan (the trainer then says why)."""
+    from bench import protocol
+
+    _, own = _stopped_base(tmp_path, "g", 3)
+    own.write_bytes(own.read_bytes()[:100])
+    run, task = _base(tmp_path, "g")
+    assert protocol.stage_state(run, "dense", protocol.base_stage_name(), run.base_key(task)) == "to train"
 
 
 def test_a_tampered_shipped_checkpoint_is_refused_in_one_line(tmp_path, monkeypatch):
