@@ -33,6 +33,22 @@ def test_cct_gate_usage_figure_from_rows(tmp_path):
     assert table["usage"].between(0, 1).all() and paths[0].exists()
 
 
+def test_cct_gate_usage_keeps_models_of_other_recipes_apart(tmp_path):
+    """Rows of a matched and a paper-recipe CCT are two models: one row of heatmaps each, never pooled."""
+    for recipe in ("matched", "paper"):
+        cfg = compose_tiny("cct", "imagenet", tmp_path, "timing=false", "cct.budgets=[1.0,0.5]", f"recipe={recipe}")
+        runner.run(cfg, "cct", "imagenet", "test")
+    rows = results.load(tmp_path / "results")
+    paths = cct_figures.draw(rows, tmp_path / "results", tmp_path / "reports", "s")
+    table = pd.read_csv(paths[1])
+    assert sorted(s.rsplit("[", 1)[1] for s in table["setting"].unique()) == ["recipe=matched]", "recipe=paper]"]
+    assert (table["seeds"] == 1).all() and len(table) == 2 * 2 * 6 * table["layer"].nunique()
+    for setting, part in table.groupby("setting"):  # each setting's cost is its own rows' (not a mean over both)
+        recipe = setting.rsplit("recipe=", 1)[1].rstrip("]")
+        own = rows[(rows["method"] == "cct") & (rows["recipe"] == recipe)]
+        assert sorted(part["cost_pct_dense"].round(6).unique()) == sorted(own["cost_pct_dense"].round(6).unique())
+
+
 def test_cct_gate_usage_figure_on_translation_rows(tmp_path):
     cfg = compose_tiny("cct", "iwslt", tmp_path, "timing=false", "cct.budgets=[1.0,0.5]", "cct.pairs=cross")
     runner.run(cfg, "cct", "iwslt", "test")
