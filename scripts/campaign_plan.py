@@ -286,7 +286,10 @@ def row_point(command: str) -> tuple[str, str]:
     """A row's command (its argv joined by spaces, bench/cli.py) as (point id, seed argument): the point id
     quotes it as :func:`point_id` does, which list values like ``dat.thresholds=[…]`` need.  The thread
     counts are not part of a point (``--jobs`` runs one-thread commands of the same points, and a command may
-    train on fewer threads than it times with): the plan's ``threads`` is put in their place."""
+    train on fewer threads than it times with): the plan's ``threads`` is put in their place; nor is the
+    launcher (a command trained under ``torchrun``, ``--nproc``, is its point's)."""
     line, _, seed = command.rpartition(" ")
     args = [arg for arg in line.split(" ") if not arg.startswith("train_threads=")]
+    if args[:1] == ["torchrun"] and "-m" in args:  # trained on data-parallel ranks (--nproc): the same point
+        args = ["python", *args[args.index("-m"):]]
     return shlex.join(RUN[0] if arg.startswith("threads=") else arg for arg in args), seed

@@ -610,6 +610,9 @@ def test_a_row_made_with_other_thread_counts_maps_to_its_point():
     seed, point = campaign.planned(seeds=(0,), tasks=("imagenet",))[1]
     line = campaign.command(seed, point, ("threads=1", "train_threads=1"))
     assert campaign.row_point(" ".join(line)) == (campaign.point_id(point), f"seed={seed}")
+    ranks = ["torchrun", "--nproc_per_node=2", *line[1:]]  # the command a --nproc 2 campaign's row records
+    assert ranks[3:5] == ["bench", "run"]
+    assert campaign.row_point(" ".join(ranks)) == (campaign.point_id(point), f"seed={seed}")
 
 
 def test_train_threads_is_refused_with_jobs(capsys):
