@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.checkpoints import atomic_save
+from bench.checkpoints import PARTIAL_SUFFIX, atomic_save, stage_of
 from bench.errors import UserError
 
 log = logging.getLogger("bench")
@@ -106,21 +106,10 @@ def export(ckpt: Path, key: Any, *, overrides: list[str], command: str, git_sha:
     return weights
 
 
-PARTIAL_SUFFIX = ".partial.pt"
-
-
 def shipped_partial_path(ckpt: Path, root: Path | None = None) -> Path:
     """Where the shipped checkpoint of the stage ``ckpt`` of an unfinished command lives (the stage itself
     may be unfinished, or finished on the way to a later stage that is not)."""
     return shipped_path(ckpt, root).with_name(f"{Path(ckpt).stem}{PARTIAL_SUFFIX}")
-
-
-def stage_of(path: Path) -> Path:
-    """The stage checkpoint ``<name>-<key>.pt`` that a ``<name>-<key>.partial.pt`` (resumable or shipped)
-    belongs to, in the same folder; a stage checkpoint is returned as it is."""
-    path = Path(path)
-    return path.with_name(path.name.removesuffix(PARTIAL_SUFFIX) + ".pt") if path.name.endswith(PARTIAL_SUFFIX) \
-        else path
 
 
 def partial_meta(path: Path) -> Path:

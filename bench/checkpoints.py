@@ -37,6 +37,24 @@ FINAL_KEYS = ("model", "steps", "time_s", "final_loss")
 PARTIAL_KEYS = ("model", "optimizer", "scheduler", "step", "time_s", "loss_ema")
 
 
+
+PARTIAL_SUFFIX = ".partial.pt"  # a stage's resumable checkpoint beside its finished ``.pt``
+
+
+def partial_path(path: Path) -> Path:
+    """The resumable checkpoint of the stage whose finished checkpoint is ``path`` (``<stage>.partial.pt``)."""
+    path = Path(path)
+    return path.with_name(path.name.removesuffix(".pt") + PARTIAL_SUFFIX)
+
+
+def stage_of(path: Path) -> Path:
+    """The finished checkpoint ``<stage>.pt`` that a ``<stage>.partial.pt`` belongs to, in the same folder (the
+    inverse of :func:`partial_path`); a finished checkpoint is returned as it is."""
+    path = Path(path)
+    return path.with_name(path.name.removesuffix(PARTIAL_SUFFIX) + ".pt") if path.name.endswith(PARTIAL_SUFFIX) \
+        else path
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C during a training stage, after its partial checkpoint was saved."""
 

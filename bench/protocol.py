@@ -40,8 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 import torch
 from torch import Tensor, nn
 
-from bench import artifacts, registry
-from bench import train as train_module
+from bench import artifacts, checkpoints, registry
 from bench.api import Batch
 from bench.errors import UserError
 from bench.recipes import Recipe
@@ -268,7 +267,7 @@ def _stage_status(run: "RunContext", owner: str, name: str, key: Any) -> tuple[s
         return "cached", 0
     if run.shipped and artifacts.find(ckpt) is not None:
         return "shipped", 0
-    own = train_module.partial_path(ckpt)
+    own = checkpoints.partial_path(ckpt)
     if own.exists():
         step = _saved_step(own)
         return (f"to train from step {step} of its checkpoint in the cache", step) if step else ("to train", 0)

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from bench import artifacts, distributed, protocol, train, versions
+from bench import artifacts, checkpoints, distributed, protocol, train, versions
 from bench.api import Batch, Task, plain  # noqa: F401  (plain: re-exported for methods)
 from bench.errors import UserError
 from bench.protocol import PlannedStage, Stage, StepContext, base_policy, base_stage_name, step_seed, task_loss
@@ -119,7 +119,7 @@ class RunContext:
     @staticmethod
     def _resume_shipped(ckpt: Path) -> None:
         """A stage this cache has not finished and cannot resume, whose checkpoint ships: copy it in."""
-        partial = train.partial_path(ckpt)
+        partial = checkpoints.partial_path(ckpt)
         shipped = artifacts.find_partial(ckpt)
         if shipped is not None and not partial.exists():
             artifacts.install_partial(shipped, ckpt, partial)

@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 from bench import distributed, precision as amp, signals
 from bench.api import Batch
-from bench.checkpoints import Interrupted, atomic_save, load_final, load_partial, read
+from bench.checkpoints import Interrupted, atomic_save, load_final, load_partial, partial_path, read
 from bench.data import ShardFn, step_loader
 from bench.progress import progress as show_progress
 
@@ -58,11 +58,6 @@ class FitResult:
     time_s: float
     final_loss: float
     resumed_from: int
-
-
-def partial_path(path: Path) -> Path:
-    """The resumable checkpoint of the stage whose finished checkpoint is ``path``."""
-    return path.with_name(path.name.replace(".pt", "") + ".partial.pt")
 
 
 def is_done(ckpt: Path) -> bool:

@@ -124,16 +124,15 @@ def test_imagenet_seed_0_base_is_shipped():
 
 def _stopped_base(tmp_path: Path, cache: str, after: int):
     """The tiny parity base stopped after ``after`` steps in cache ``cache``: (its checkpoint path, the partial)."""
-    from bench import train
-    from bench.checkpoints import Interrupted
+    from bench.checkpoints import Interrupted, partial_path, stage_of
 
     run, task = _base(tmp_path, cache)
     run.fit_extra = {"stop_after": after}
     with pytest.raises(Interrupted):
         run.base_model(task)
     ckpt = next((tmp_path / cache / "parity" / "dense").glob("*.partial.pt"))
-    return ckpt.with_name(ckpt.name.replace(".partial.pt", ".pt")), train.partial_path(
-        ckpt.with_name(ckpt.name.replace(".partial.pt", ".pt")))
+    assert partial_path(stage_of(ckpt)) == ckpt  # the two names are each other's inverse
+    return stage_of(ckpt), ckpt
 
 
 def test_a_stage_stopped_on_one_machine_resumes_exactly_on_another_from_its_shipped_checkpoint(tmp_path, monkeypatch):
