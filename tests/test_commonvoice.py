@@ -222,3 +222,15 @@ def test_tiny_run_writes_wer_row_with_cer_and_texts(tmp_path):
 
     (figure,) = draw(rows, tmp_path / "results", tmp_path / "reports", "commonvoice")
     assert figure.name == "commonvoice_wer_cer.png" and figure.stat().st_size > 1000
+
+
+def test_a_base_key_and_plan_need_no_corpus(tmp_path):
+    """The task builds its corpora on first use: a base model's key (a shipped artefact's check, a plan line,
+    "this point has a row") reads the configuration only; the first batch then builds them."""
+    cfg = compose_tiny("dense", "commonvoice", tmp_path)
+    run, task, _ = runner.build(cfg, "dense", "commonvoice")
+    key = run.base_key(task)
+    assert key["task"] == "commonvoice" and not {"train", "eval", "_feature_stats"} & set(vars(task))
+    assert not list((tmp_path / "cache").rglob("*.pt"))  # no corpus written to the cache either
+    batch = task.train_batch(0, 2)
+    assert len(batch) == 2 and {"train", "_feature_stats"} <= set(vars(task))

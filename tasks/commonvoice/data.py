@@ -189,12 +189,18 @@ def read_audio(path: Path | str) -> tuple[np.ndarray, int]:
     return samples.data.mean(dim=0).numpy().astype(np.float32), int(samples.sample_rate)
 
 
-def tsv_items(data_dir: str, split: str, text_key: str, path_key: str) -> list[tuple[Path, str]]:
-    """(audio path, normalised sentence) of ``<data_dir>/<split>.tsv`` via HuggingFace datasets."""
+def tsv_path(data_dir: str, split: str) -> Path:
+    """``<data_dir>/<split>.tsv``; a :class:`UserError` naming ``commonvoice.data_dir`` when it is not there."""
     tsv = Path(data_dir) / f"{split}.tsv"
     if not data_dir or not tsv.exists():
         raise UserError(f"commonvoice.data_dir={data_dir or '(unset)'}: no {split}.tsv there; point it at a "
                         "CommonVoice release directory (<split>.tsv + clips/)")
+    return tsv
+
+
+def tsv_items(data_dir: str, split: str, text_key: str, path_key: str) -> list[tuple[Path, str]]:
+    """(audio path, normalised sentence) of ``<data_dir>/<split>.tsv`` via HuggingFace datasets."""
+    tsv = tsv_path(data_dir, split)
     from datasets import load_dataset
 
     table = load_dataset("csv", data_files={split: str(tsv)}, delimiter="\t", split=split,

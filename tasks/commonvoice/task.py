@@ -89,22 +89,45 @@ class CommonVoiceTask(Task):
             self.vocab: P.CheckpointVocab | None = self._checkpoint.vocab
         else:
             self.vocab = None
-        streaming = bool(cfg.streaming)
-        if streaming and (self.source != "tsv" or str(cfg.eval_set) != "default"):
+        self.streaming = bool(cfg.streaming)
+        if self.streaming and (self.source != "tsv" or str(cfg.eval_set) != "default"):
             raise UserError("commonvoice.streaming=true reads a CommonVoice release (commonvoice.source=tsv, "
                             "eval_set=default); the offline sets are built once and cached: leave it false")
-        self.train: Corpus | S.LazyClips = self._lazy_train() if streaming else self._train_corpus()
-        if len(self.train) == 0:
-            raise UserError(f"commonvoice: no training utterance fits a {cfg.clip_seconds} s clip; raise "
+        if self.source == "tsv":  # a missing release is one line now, not when the corpora are first read
+            D.tsv_path(str(cfg.data_dir), str(cfg.train_split))
+
+    # The corpora and the feature statistics are built (or read from the cache) on first use, so that what
+    # needs only the configuration (a stage's key, a plan line, "this point has a row") never synthesises
+    # or decodes a corpus.
+    @functools.cached_property
+    def train(self) -> Corpus | S.LazyClips:
+        corpus = self._lazy_train() if self.streaming else self._train_corpus()
+        if len(corpus) == 0:
+            raise UserError(f"commonvoice: no training utterance fits a {self.cfg.clip_seconds} s clip; raise "
                             "commonvoice.clip_seconds")
-        self.eval: Corpus | S.EvalStream = self._eval_stream() if streaming else self._eval_corpus()
+        return corpus
+
+    @functools.cached_property
+    def eval(self) -> Corpus | S.EvalStream:
+        return self._eval_stream() if self.streaming else self._eval_corpus()
+
+    @functools.cached_property
+    def _feature_stats(self) -> tuple[Tensor, Tensor]:
+        """(mean, std) of the training log-mel features per band; waveform inputs: (0, 1)."""
         if self.pretrained:  # waveform clips: no log-mel standardisation
-            self.mean, self.std = torch.zeros(1), torch.ones(1)
-        elif isinstance(self.train, S.LazyClips):
-            self.mean, self.std = S.log_mel_statistics(self.train, int(cfg.n_mels), Path(run.cache_dir))
-        else:
-            feats = self.train.features.reshape(-1, self.train.features.shape[-1])
-            self.mean, self.std = feats.mean(dim=0), feats.std(dim=0).clamp_min(1e-3)
+            return torch.zeros(1), torch.ones(1)
+        if isinstance(self.train, S.LazyClips):
+            return S.log_mel_statistics(self.train, int(self.cfg.n_mels), Path(self.run.cache_dir))
+        feats = self.train.features.reshape(-1, self.train.features.shape[-1])
+        return feats.mean(dim=0), feats.std(dim=0).clamp_min(1e-3)
+
+    @property
+    def mean(self) -> Tensor:
+        return self._feature_stats[0]
+
+    @property
+    def std(self) -> Tensor:
+        return self._feature_stats[1]
 
     # --- corpora ----------------------------------------------------------------------------------
     def _data_code(self) -> str:
