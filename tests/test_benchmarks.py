@@ -8,6 +8,11 @@ Everything runs on one torch thread.
   MAC counter attached.  Target: counted / plain <= 1.3 (printed and stored as ``extra_info``).
 * ``acm-kernel``: one ACM MLP layer (the kernel benchmark's PyTorch paths) against the dense MLP at two
   executed fractions, at a small shape (8 images x 17 tokens, d 64, N = 4 learners of 64).
+* ``exit-head``: one early-exit head of ViT-B/16 size (ZTW's cascading head, 768 -> 8192 -> 8192 -> 1000, the
+  width the method's ``head_fraction`` default is derived from) at batch 1 and 32, against one pass that reads
+  as many bytes as the head's weights (a sum over a tensor of that size).  At batch 1 a head reads each weight
+  once per sample, so its time is bounded below by that read (``extra_info``: the head's weight bytes over its
+  median time, in GB/s, beside the read's); at batch 32 the read is shared by 32 samples.
 """
 
 from __future__ import annotations
@@ -94,3 +99,41 @@ def test_bench_acm_layer(benchmark, variant, fraction):
         if fraction == 1.0:  # every learner ran: the dense MLP's output (the ACM paths leave out fc2's bias)
             torch.testing.assert_close(out, dense(x) - dense[2].bias, rtol=1e-4, atol=1e-4)
     benchmark.extra_info["executed_fraction"] = float(k.double().mean()) / n_learners
+
+
+HEAD_WIDTH = 8192  # ZTW's head on ViT-B (early_exit.head_fraction's help: 83M / 17.56G MACs)
+_bandwidth: dict[str, float] = {}
+
+
+def _exit_head():
+    from methods.early_exit.model import ExitHead
+
+    torch.manual_seed(0)
+    head = ExitHead(768, HEAD_WIDTH, 1000, cascade=True).eval()
+    return head, sum(p.numel() * p.element_size() for p in head.parameters())
+
+
+@pytest.mark.benchmark(group="exit-head")
+def test_bench_weight_bytes_read(benchmark):
+    _, nbytes = _exit_head()
+    weights = torch.randn(nbytes // 4)
+    total = benchmark(torch.sum, weights)
+    assert torch.isfinite(total)
+    _bandwidth["read"] = nbytes / _median(benchmark) / 1e9
+    benchmark.extra_info["gb_per_s"] = round(_bandwidth["read"], 2)
+
+
+@pytest.mark.benchmark(group="exit-head")
+@pytest.mark.parametrize("batch", [1, 32])
+def test_bench_exit_head(benchmark, batch):
+    head, nbytes = _exit_head()
+    z, prev = torch.randn(batch, 768), torch.randn(batch, 1000)
+    with torch.inference_mode():
+        assert benchmark(head, z, prev).shape == (batch, 1000)
+    rate = nbytes / _median(benchmark) / 1e9
+    benchmark.extra_info["weight_gb_per_s"] = round(rate, 2)
+    benchmark.extra_info["ms_per_sample"] = round(_median(benchmark) * 1e3 / batch, 3)
+    if "read" in _bandwidth:
+        print(f"\nexit head, batch {batch}: weights read at {rate:.1f} GB/s per call "
+              f"({rate / _bandwidth['read']:.2f} x a plain read of the same bytes), "
+              f"{_median(benchmark) * 1e3 / batch:.2f} ms per sample")
