@@ -310,9 +310,14 @@ def test_the_speed_page_headline_holds_no_loaded_dirty_or_uncounted_rows(tmp_pat
             "load_after": 0.6}
     assert report_speed.not_headline(pd.Series(base)) == ""
     assert report_speed.not_headline(pd.Series({**base, "git_dirty": True})) == "timed from a dirty tree"
-    assert report_speed.not_headline(pd.Series({**base, "loadavg_1m": "0.5;4.70"})).startswith(
-        "loaded: 1-minute load average up to 4.70 on 2 CPUs")
-    assert report_speed.not_headline(pd.Series({**base, "load_after": 2.5})).startswith("loaded")
+    assert report_speed.not_headline(pd.Series({**base, "loadavg_1m": "0.5;4.70"})) == (
+        "loaded: 1-minute load average 2.60 mean over the rounds on 2 CPUs")
+    # a round just above the CPU count (a two-thread timing's own threads on 2 CPUs) with a mean below it is quiet
+    assert report_speed.not_headline(pd.Series({**base, "loadavg_1m": "1.90;2.06;1.85"})) == ""
+    assert report_speed.not_headline(pd.Series({**base, "load_after": 2.5})) == (
+        "loaded: 1-minute load average 2.50 after on 2 CPUs")
+    assert report_speed.not_headline(pd.Series({**base, "load_before": 3.0, "loadavg_1m": "2.5;2.5"})) == (
+        "loaded: 1-minute load average 3.00 before, 2.50 mean over the rounds on 2 CPUs")
     assert report_speed.not_headline(pd.Series({**base, "cpus": float("nan")})).startswith("CPU count not recorded")
     assert report_speed.not_headline(pd.Series({**base, "device": "cuda", "cpus": float("nan")})) == ""
 
