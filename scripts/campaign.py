@@ -349,10 +349,11 @@ def _ready(item: tuple[int, int, Point], waiting: list[tuple[int, int, Point]], 
 def throughput_estimator(threads: dict[str, int]):
     """(seed, point) -> :class:`campaign_estimate.Estimate` at the thread count its task trains with
     (``threads``), from the measured training throughput (``results/throughput``) and, where a stage has
-    none, the dense base's step time measured once per task."""
+    none, the dense base's step time (its quiet recorded rate, else measured once per task and thread count)."""
     import campaign_estimate
 
-    rates, base_step_s = campaign_estimate.measured_rates(), campaign_estimate.live_base_step_s()
+    rates = campaign_estimate.measured_rates()
+    base_step_s = campaign_estimate.recorded_base_step_s(campaign_estimate.quiet_base_rates())
     return lambda seed, point: campaign_estimate.estimate(seed, point, threads[point.task], rates, base_step_s)
 
 

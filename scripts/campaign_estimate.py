@@ -5,8 +5,9 @@ steps per second ``scripts/train_throughput.py`` measured for that stage at the 
 
 A stage with no measurement of its own takes the slowest measured stage of the same method and kind (the
 stage name up to its first "-": ``e2e-b0.4`` is timed by ``e2e-b0.6``), so the estimate errs long; a
-stage with neither takes the step time of the task's dense base measured now (``bench run``'s plan line:
-a method's steps may cost more), and the estimate says so.  The estimate counts training only (not the
+stage with neither takes the step time of the task's dense base (the median of its quiet rows in
+``results/throughput``, else measured now as ``bench run``'s plan line does: a method's steps may cost more), and
+the estimate says so.  The estimate counts training only (not the
 evaluation and timing after it) and assumes one training on the machine at a time.
 """
 
@@ -131,6 +132,19 @@ def estimate(seed: int, point: Point, threads: int, rates: Rates, base_step_s) -
         else:
             per_stage.append(steps / rate)
     return Estimate(sum(per_stage), todo, at_base, per_stage)
+
+
+def recorded_base_step_s(rates: Rates, live=None):
+    """A ``base_step_s`` from the dense base's quiet recorded rates (:func:`quiet_base_rates`); a (task, threads)
+    without one is measured now (``live``, by default :func:`live_base_step_s`), which on a busy machine takes
+    minutes and slows the training it shares the CPUs with."""
+    live = live or live_base_step_s()
+
+    def step_s(task: str, threads: int) -> float:
+        rate = rates.get((task, "dense:base", threads))
+        return 1.0 / rate if rate else live(task, threads)
+
+    return step_s
 
 
 def live_base_step_s(warn=lambda line: print(line, file=sys.stderr, flush=True)):

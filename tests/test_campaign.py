@@ -781,6 +781,17 @@ def test_a_base_step_measured_beside_other_work_is_flagged_once(monkeypatch):
     assert estimate.live_base_step_s(warn=quiet.append)("parity", 1) == 0.25 and quiet == []
 
 
+def test_a_base_step_comes_from_the_quiet_recorded_rate_and_is_measured_only_without_one():
+    _campaign()
+    estimate = load_script("campaign_estimate")
+    measured = []
+    step_s = estimate.recorded_base_step_s({("imagenet", "dense:base", 1): 20.0},
+                                           live=lambda task, threads: measured.append((task, threads)) or 0.5)
+    assert step_s("imagenet", 1) == 0.05 and measured == []
+    assert step_s("imagenet", 2) == 0.5 and step_s("parity", 1) == 0.5
+    assert measured == [("imagenet", 2), ("parity", 1)]
+
+
 def test_a_command_running_at_pause_time_gets_one_sigint_and_stops(tmp_path):
     """``--pause-at``: at the pause time the running command is stopped as by a Ctrl-C (it saves its
     checkpoint), and the campaign returns 130."""
