@@ -352,6 +352,24 @@ def test_variants_of_one_method_look_different_in_the_figure_and_its_legend(tmp_
     assert len(looks) == 8
 
 
+def test_one_recipe_draws_with_the_same_marker_for_every_method():
+    """A method whose paper-recipe curve comes first in the view still numbers its matched curve 0: the
+    matched rows of every method share one marker, the paper rows another."""
+    import types
+
+    import pandas as pd
+
+    from bench.report import plots as report_plots
+
+    points = pd.DataFrame({"curve": ["moe [recipe=paper]", "moe [recipe=matched]", "acm [recipe=matched]",
+                                     "acm [recipe=paper]", "acm [x] [recipe=paper]"],
+                           "method": ["moe", "moe", "acm", "acm", "acm"],
+                           "recipe": ["paper", "matched", "matched", "paper", "paper"]})
+    numbers = report_plots.variant_numbers(types.SimpleNamespace(points=points))
+    assert numbers == {"moe [recipe=matched]": 0, "moe [recipe=paper]": 1, "acm [recipe=matched]": 0,
+                       "acm [recipe=paper]": 1, "acm [x] [recipe=paper]": 2}
+
+
 def test_rows_table_marks_dirty_and_unknown_git_state(tmp_path):
     """A row's git sha carries "*" when tracked code differed from the commit and "?" when git could not
     tell (an empty git_dirty after a round trip through the row file); a clean row carries nothing."""

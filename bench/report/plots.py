@@ -44,16 +44,21 @@ SWEPT_MARKERS = ("o", "^", "D", "v", "P", "X", "<", ">")
 STATIC_MARKERS = ("s", "p", "h", "8")  # static sizes are drawn as points only
 
 
+RECIPE_ORDER = ("matched", "paper")  # a method's curves are numbered recipe by recipe, in this order
+
+
 def variant_numbers(view: TaskView) -> dict[str, int]:
-    """Each curve's number among its method's curves, in the view's order: its marker and line style.  Computed
-    on the cost view and passed to the latency figure, so that a curve keeps its look in both."""
-    numbers: dict[str, int] = {}
-    per_method: dict[str, int] = {}
+    """Each curve's number among its method's curves: its marker and line style.  A method's curves are
+    numbered recipe by recipe (:data:`RECIPE_ORDER`, then any other), in the view's order within a recipe, so
+    that one recipe draws with the same markers for every method.  Computed on the cost view and passed to the
+    latency figure, so that a curve keeps its look in both."""
+    curves: dict[str, list[tuple[int, str]]] = {}
     for curve, pts in view.points.groupby("curve", sort=False):
-        method = str(pts["method"].iloc[0])
-        numbers[str(curve)] = per_method.get(method, 0)
-        per_method[method] = numbers[str(curve)] + 1
-    return numbers
+        recipe = str(pts["recipe"].iloc[0]) if "recipe" in pts else ""
+        rank = RECIPE_ORDER.index(recipe) if recipe in RECIPE_ORDER else len(RECIPE_ORDER)
+        curves.setdefault(str(pts["method"].iloc[0]), []).append((rank, str(curve)))
+    return {curve: number for ranked in curves.values()
+            for number, (_, curve) in enumerate(sorted(ranked, key=lambda item: item[0]))}
 
 
 def variant_style(number: int, static: bool) -> tuple[str, str]:
