@@ -279,3 +279,11 @@ def test_kernel_page_draws_each_device_beside_the_cpu(tmp_path):
     assert page.index("## cpu") < page.index("](kernel_latency.png)") < page.index("## cuda") \
         < page.index("](kernel_latency_cuda.png)") and "on cuda: a GPU" in page
     assert page.count("| batch | k\\_mode | variant |") == 2
+
+
+def test_rows_go_back_to_token_order_exactly_as_a_scatter_puts_them():
+    from methods.acm.kernels import acm_torch
+
+    g = torch.Generator().manual_seed(0)
+    ys, order = torch.randn(37, 5, generator=g), torch.randperm(37, generator=g)
+    assert torch.equal(acm_torch._unsort(ys, order), torch.empty_like(ys).index_copy_(0, order, ys))

@@ -138,7 +138,7 @@ def _sorted(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, wid
         h = _act(F.linear(xs[rows], w1[:hidden], None if b1 is None else b1[:hidden]), activation)
         torch.mm(h, w2[:, :hidden].t(), out=ys[rows])
         start += size
-    return torch.empty_like(x).index_copy_(0, order, ys)
+    return _unsort(ys, order)
 
 
 def acm_prefix(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, width: int,
@@ -189,8 +189,14 @@ def _prefix(x: Tensor, k: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, wid
         else:
             (ys if rows == T else ys[:rows]).addmm_(h, down[n])
         rows -= sizes[n + 1]  # tokens with k = n + 1 stop after learner n
-    # back to token order by a gather with the inverse permutation (a row gather is much faster on a CPU
-    # than the scatter index_copy_: 0.08 vs 0.39 ms per ViT-B ACM call, measured with torch.profiler)
+    return _unsort(ys, order)
+
+
+def _unsort(ys: Tensor, order: Tensor) -> Tensor:
+    """Rows in sorted order (``ys[i]`` belongs to token ``order[i]``) back in token order, by a gather with the
+    inverse permutation: a row gather is much faster on a CPU than the scatter ``index_copy_`` (0.08 vs 0.39 ms
+    per ViT-B ACM call at batch 1; at batch 32, two threads, the scatter took 205 of 4,214 ms per forward), and
+    it moves the same values."""
     return ys.index_select(0, torch.argsort(order))
 
 
