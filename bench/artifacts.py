@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.checkpoints import PARTIAL_SUFFIX, atomic_save, stage_of
+from bench.checkpoints import PARTIAL_SUFFIX, atomic_save, partial_path, stage_of
 from bench.errors import UserError
 
 log = logging.getLogger("bench")
@@ -109,7 +109,7 @@ def export(ckpt: Path, key: Any, *, overrides: list[str], command: str, git_sha:
 def shipped_partial_path(ckpt: Path, root: Path | None = None) -> Path:
     """Where the shipped checkpoint of the stage ``ckpt`` of an unfinished command lives (the stage itself
     may be unfinished, or finished on the way to a later stage that is not)."""
-    return shipped_path(ckpt, root).with_name(f"{Path(ckpt).stem}{PARTIAL_SUFFIX}")
+    return shipped_path(ckpt, root).with_name(partial_path(ckpt).name)
 
 
 def partial_meta(path: Path) -> Path:

@@ -37,7 +37,6 @@ FINAL_KEYS = ("model", "steps", "time_s", "final_loss")
 PARTIAL_KEYS = ("model", "optimizer", "scheduler", "step", "time_s", "loss_ema")
 
 
-
 PARTIAL_SUFFIX = ".partial.pt"  # a stage's resumable checkpoint beside its finished ``.pt``
 
 

@@ -353,8 +353,8 @@ def test_variants_of_one_method_look_different_in_the_figure_and_its_legend(tmp_
 
 
 def test_one_recipe_draws_with_the_same_marker_for_every_method():
-    """A method whose paper-recipe curve comes first in the view still numbers its matched curve 0: the
-    matched rows of every method share one marker, the paper rows another."""
+    """A method whose paper-recipe curve comes first in the view still numbers its matched curve 0: with one
+    curve per recipe, the matched rows of every method share one marker, the paper rows another."""
     import types
 
     import pandas as pd

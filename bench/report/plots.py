@@ -50,7 +50,8 @@ RECIPE_ORDER = ("matched", "paper")  # a method's curves are numbered recipe by 
 def variant_numbers(view: TaskView) -> dict[str, int]:
     """Each curve's number among its method's curves: its marker and line style.  A method's curves are
     numbered recipe by recipe (:data:`RECIPE_ORDER`, then any other), in the view's order within a recipe, so
-    that one recipe draws with the same markers for every method.  Computed on the cost view and passed to the
+    that a method's matched curves take the first markers (with one curve per recipe, every method draws a
+    recipe with the same marker).  Computed on the cost view and passed to the
     latency figure, so that a curve keeps its look in both."""
     curves: dict[str, list[tuple[int, str]]] = {}
     for curve, pts in view.points.groupby("curve", sort=False):
