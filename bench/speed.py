@@ -315,6 +315,7 @@ class Point:
     graph: bool = False
     samples: list = field(default_factory=list)  # per round: list of per-call seconds
     load: list = field(default_factory=list)  # per round: 1-minute load average after the timing
+    forced: tuple = ()  # a method point's (forcer, model, inputs): what ``fn`` calls (never in a row)
 
 
 def _dtype(torch, name: str):
@@ -394,7 +395,8 @@ def prepare(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = prin
                 points.append(Point(name, fraction, call, {
                     "method": name, "decisions": forcer.decisions, "fraction": fraction,
                     "executed_fraction": forcer.executed_fraction(model, decisions), "macs_per_sample": logged,
-                    "macs_counted_per_sample": counted, "uncounted_ops": ";".join(counter.report.uncounted)}))
+                    "macs_counted_per_sample": counted, "uncounted_ops": ";".join(counter.report.uncounted)},
+                    forced=(forcer, model, x)))
                 log(f"{name} f={fraction:g}: {logged / dense_macs:.3f} of dense MACs (counter {counted / dense_macs:.3f})")
         if cfg.narrow:
             points += _narrow_points(cfg, module, arch, x, dense_macs, log)
