@@ -117,6 +117,17 @@ def test_real_path_equals_hard_masked_path_and_counter(symbol):
     assert len(set(logged.tolist())) > 1  # per-sample cost varies with the decisions
 
 
+def test_real_path_is_batch_invariant():
+    """A sample alone (the batch-1 path: one fused attention call) gives its row of the batch's output."""
+    model = _model()
+    model.real_path = True
+    x = _inputs(6)
+    with torch.inference_mode():
+        batch = model(x)
+        alone = torch.cat([model(x[i:i + 1]) for i in range(6)])
+    torch.testing.assert_close(alone, batch, rtol=1e-5, atol=1e-5)
+
+
 def _reference_block(block: M.CCTBlock, x: torch.Tensor, drop_inactive: bool) -> torch.Tensor:
     """One sample [T, d] through a hard-gated CCT block, written out; inactive K/V rows are zero vectors,
     or (``drop_inactive``) removed from the keys."""

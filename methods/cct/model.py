@@ -208,10 +208,13 @@ class CCTBlock(nn.Module):
             # the on-queries of sample s are a contiguous run of q_rows (ascending): one attention per sample
             # over that sample's own T keys (no per-query copy of the keys and values)
             q = self.q(y.index_select(0, q_rows))  # [nq, d]
-            per_sample = torch.bincount(torch.div(q_rows, t, rounding_mode="floor"), minlength=b).tolist()
             keys, values = self._heads(keys.view(b, t, d)), self._heads(values.view(b, t, d))
-            mixed = torch.cat([self._attend_fused(chunk, keys[s:s + 1], values[s:s + 1])
-                               for s, chunk in enumerate(q.split(per_sample)) if chunk.shape[0]])
+            if b == 1:
+                mixed = self._attend_fused(q, keys, values)
+            else:
+                per_sample = torch.bincount(torch.div(q_rows, t, rounding_mode="floor"), minlength=b).tolist()
+                mixed = torch.cat([self._attend_fused(chunk, keys[s:s + 1], values[s:s + 1])
+                                   for s, chunk in enumerate(q.split(per_sample)) if chunk.shape[0]])
             out.index_add_(0, q_rows, self.o(self.ln_o(mixed)))
         on_f = self.gate_f(self.norm2(out)) >= 0  # [B·T, M]
         if self.force is not None:
