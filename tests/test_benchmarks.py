@@ -13,6 +13,11 @@ Everything runs on one torch thread.
   as many bytes as the head's weights (a sum over a tensor of that size).  At batch 1 a head reads each weight
   once per sample, so its time is bounded below by that read (``extra_info``: the head's weight bytes over its
   median time, in GB/s, beside the read's); at batch 32 the read is shared by 32 samples.
+* ``gemm-rows``: the ViT-B/16 projection GEMM (768 x 768, fp32) on 12, 98 and 197 rows (a unit that runs on
+  a few tokens, on about half of them, on every token of one image), each call on another of 64 weight matrices
+  (151 MB, so every weight is read from memory as in a forward).  A line through the three times gives the
+  per-call cost that does not shrink with the rows (packing and reading the weights): a batch-1 method that
+  runs every unit on some of the tokens pays it for every unit, like dense (printed, and ``extra_info``).
 """
 
 from __future__ import annotations
@@ -137,3 +142,37 @@ def test_bench_exit_head(benchmark, batch):
         print(f"\nexit head, batch {batch}: weights read at {rate:.1f} GB/s per call "
               f"({rate / _bandwidth['read']:.2f} x a plain read of the same bytes), "
               f"{_median(benchmark) * 1e3 / batch:.2f} ms per sample")
+
+
+GEMM_ROWS = (12, 98, 197)
+_gemm_ms: dict[int, float] = {}
+
+
+@pytest.fixture(scope="module")
+def cold_weights():
+    torch.manual_seed(0)
+    return [torch.randn(768, 768) for _ in range(64)]
+
+
+@pytest.mark.benchmark(group="gemm-rows")
+@pytest.mark.parametrize("rows", GEMM_ROWS)
+def test_bench_gemm_rows(benchmark, cold_weights, rows):
+    x = torch.randn(rows, 768)
+
+    def every_weight():
+        for w in cold_weights:
+            out = torch.mm(x, w.t())
+        return out
+
+    with torch.inference_mode():
+        assert benchmark(every_weight).shape == (rows, 768)
+    _gemm_ms[rows] = _median(benchmark) * 1e3 / len(cold_weights)
+    benchmark.extra_info["ms_per_gemm"] = round(_gemm_ms[rows], 4)
+    if len(_gemm_ms) == len(GEMM_ROWS):
+        import numpy as np
+
+        slope, fixed = np.polyfit(list(_gemm_ms), list(_gemm_ms.values()), 1)
+        benchmark.extra_info["fixed_ms_per_gemm"] = round(float(fixed), 4)
+        print(f"\n768 x 768 GEMM, cold weights: {', '.join(f'{r} rows {t:.3f} ms' for r, t in _gemm_ms.items())}; "
+              f"fixed {fixed:.3f} ms per call + {slope * 1e3:.2f} us per row "
+              f"(the fixed part is {fixed / _gemm_ms[197]:.0%} of the 197-row call)")
