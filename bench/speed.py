@@ -315,7 +315,7 @@ class Point:
     graph: bool = False
     samples: list = field(default_factory=list)  # per round: list of per-call seconds
     load: list = field(default_factory=list)  # per round: 1-minute load average after the timing
-    forced: tuple = ()  # a method point's (forcer, model, inputs): what ``fn`` calls (never in a row)
+    forced: tuple = ()  # a method point's (forcer, model, inputs): what ``fn`` calls (not written to rows)
 
 
 def _dtype(torch, name: str):

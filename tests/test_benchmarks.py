@@ -15,9 +15,9 @@ Everything runs on one torch thread.
   median time, in GB/s, beside the read's); at batch 32 the read is shared by 32 samples.
 * ``gemm-rows``: the ViT-B/16 projection GEMM (768 x 768, fp32) on 12, 98 and 197 rows (a unit that runs on
   a few tokens, on about half of them, on every token of one image), each call on another of 64 weight matrices
-  (151 MB, so every weight is read from memory as in a forward).  A line through the three times gives the
-  per-call cost that does not shrink with the rows (packing and reading the weights): a batch-1 method that
-  runs every unit on some of the tokens pays it for every unit, like dense (printed, and ``extra_info``).
+  (151 MB, so every weight is read from memory as in a forward).  A line through the three times (fitted when
+  all three run in one session) gives the per-call part that does not shrink with the rows, with the time per
+  row (printed, and ``extra_info``).
 """
 
 from __future__ import annotations

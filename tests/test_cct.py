@@ -128,6 +128,39 @@ def test_real_path_is_batch_invariant():
     torch.testing.assert_close(alone, batch, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("case", ["no queries", "no slices", "a sample without queries", "everything on"])
+def test_real_path_with_forced_edge_decisions_equals_the_reference_and_counter(case):
+    model = _model()
+    block = model.blocks[0]
+    x = model.tokens(_inputs(3), None)
+    b, t = x.shape[:2]
+    g = torch.Generator().manual_seed(1)
+    kv, q, ffn = (torch.rand(b, t, generator=g) < 0.5, torch.rand(b, t, generator=g) < 0.5,
+                  torch.rand(b, t, block.slices, generator=g) < 0.5)
+    if case == "no queries":
+        q[:] = False
+    elif case == "no slices":
+        ffn[:] = False
+    elif case == "a sample without queries":
+        q[1] = False
+    else:
+        kv[:], q[:], ffn[:] = True, True, True
+    block.force = M.Decisions(kv, q, ffn)
+    with torch.inference_mode():
+        real = block.forward_real(x)
+        y = block.norm1(x)
+        keys, values = block.ln_k(block.k(y)) * kv[..., None], block.ln_v(block.v(y)) * kv[..., None]
+        mixed = x + q[..., None] * block.o(block.ln_o(block._attend(block.q(y), keys, values)))
+        expected = mixed + sum(ffn[..., i:i + 1] * block._slice(i, mixed) for i in range(block.slices))
+        model.real_path = True
+        for other in model.blocks[1:]:
+            other.force = M.Decisions(kv, q, ffn)
+        report = cost.count(model, _inputs(3))
+        logged = model.sample_macs()
+    torch.testing.assert_close(real, expected, rtol=1e-5, atol=1e-5)
+    assert report.uncounted == [] and float(logged.sum()) == pytest.approx(report.macs, rel=1e-9)
+
+
 def _reference_block(block: M.CCTBlock, x: torch.Tensor, drop_inactive: bool) -> torch.Tensor:
     """One sample [T, d] through a hard-gated CCT block, written out; inactive K/V rows are zero vectors,
     or (``drop_inactive``) removed from the keys."""

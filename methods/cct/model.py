@@ -159,9 +159,8 @@ class CCTBlock(nn.Module):
 
     def _attend_fused(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """One sample's on-queries q [nq, d] over its keys/values k, v [1, heads, T, d/heads] → [nq, d]:
-        the attention of :meth:`_attend` (no dropout) in torch's fused kernel, the one the dense model runs
-        (same MACs; the explicit matmuls, scale and softmax cost CCT about 1.5x the fused kernel's time per
-        query at batch 1)."""
+        the attention of :meth:`_attend` (scale 1/√(d/heads), no dropout) in torch's fused kernel, the one
+        the dense model runs; the same MACs as :meth:`_attend`'s two products."""
         out = F.scaled_dot_product_attention(self._heads(q.unsqueeze(0)), k, v)
         return out.transpose(1, 2).reshape(q.shape[0], self.d)
 
@@ -219,10 +218,14 @@ class CCTBlock(nn.Module):
         on_f = self.gate_f(self.norm2(out)) >= 0  # [B·T, M]
         if self.force is not None:
             on_f = self.force.ffn.reshape(-1, self.slices)
-        # every slice reads the stream before any slice adds to it: gather all inputs first (no copy of it)
-        slices = [(i, rows) for i in range(self.slices) if (rows := torch.nonzero(on_f[:, i]).squeeze(1)).numel()]
-        inputs = [out.index_select(0, rows) for _, rows in slices]
-        for (i, rows), part in zip(slices, inputs):
+        # every slice reads the stream as it is before any slice adds to it: gather every slice's rows first
+        # (they are held together: up to M·B·T·d values when every slice is on, in place of a copy of the stream)
+        active = []
+        for i in range(self.slices):
+            rows = torch.nonzero(on_f[:, i]).squeeze(1)
+            if rows.numel():
+                active.append((i, rows, out.index_select(0, rows)))
+        for i, rows, part in active:
             out.index_add_(0, rows, self._slice(i, part))
         self.last = Decisions(on_kv.view(b, t), on_q.view(b, t), on_f.view(b, t, self.slices))
         return out.view(b, t, d)
