@@ -143,9 +143,7 @@ class CCTBlock(nn.Module):
         attention probabilities)."""
         n, tq, d = q.shape
         dh = d // self.heads
-        qh = q.view(n, tq, self.heads, dh).transpose(1, 2)
-        kh = k.view(n, -1, self.heads, dh).transpose(1, 2)
-        vh = v.view(n, -1, self.heads, dh).transpose(1, 2)
+        qh, kh, vh = self._heads(q), self._heads(k), self._heads(v)
         scores = torch.matmul(qh, kh.transpose(-2, -1)) / math.sqrt(dh)
         probs = torch.softmax(scores, dim=-1)
         if drop is not None:
