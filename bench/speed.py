@@ -445,18 +445,24 @@ def run(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = print) -
             point.fn()
         if gpu and cfg.cuda_graphs and cfg.batch <= cfg.graph_max_batch:  # pragma: no cover - needs CUDA
             rows += _add_graphs(points, base, torch)
-        rng = random.Random(cfg.seed)
-        for r in range(cfg.rounds):
-            order = list(range(len(points)))
-            rng.shuffle(order)
-            start = time.perf_counter()
-            for i in order:
-                points[i].samples.append(timer(points[i].fn))
-                points[i].load.append(os.getloadavg()[0])
-            log(f"round {r + 1}/{cfg.rounds}: {len(points)} points, {time.perf_counter() - start:.1f} s, "
-                f"load {os.getloadavg()[0]:.2f}")
+        time_rounds(points, cfg, timer, log)
         base["load_after"] = os.getloadavg()[0]
-    return rows + _rows(points, base, dense_macs)
+    return rows + point_rows(points, base, dense_macs)
+
+
+def time_rounds(points: list[Point], cfg: SpeedConfig, timer: Callable, log: Callable[[str], None] = print) -> None:
+    """Time every point once per round, ``cfg.rounds`` rounds, each in a fresh random order (interleaved against
+    drift): appends the timer's samples and the 1-minute load average to each point."""
+    rng = random.Random(cfg.seed)
+    for r in range(cfg.rounds):
+        order = list(range(len(points)))
+        rng.shuffle(order)
+        start = time.perf_counter()
+        for i in order:
+            points[i].samples.append(timer(points[i].fn))
+            points[i].load.append(os.getloadavg()[0])
+        log(f"round {r + 1}/{cfg.rounds}: {len(points)} points, {time.perf_counter() - start:.1f} s, "
+            f"load {os.getloadavg()[0]:.2f}")
 
 
 def _add_graphs(points: list[Point], base: dict, torch) -> list[dict]:  # pragma: no cover - needs CUDA
@@ -472,7 +478,9 @@ def _add_graphs(points: list[Point], base: dict, torch) -> list[dict]:  # pragma
     return failed
 
 
-def _rows(points: list[Point], base: dict, dense_macs: float) -> list[dict]:
+def point_rows(points: list[Point], base: dict, dense_macs: float) -> list[dict]:
+    """One row per timed point: its fields, the shared ones (``base``) and its time ratio to the dense point of
+    the same round (median over rounds), efficiency and load."""
     rows = []
     for point in points:
         dense = next(p for p in points if p.method == "dense" and p.graph == point.graph)

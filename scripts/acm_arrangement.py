@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
-import statistics
 import sys
 from pathlib import Path
 
@@ -43,19 +41,6 @@ def equal_decisions(model, fraction: float, batch: int, tokens: int):
         check_fractions([fraction], layer.n_learners)
         decisions.append(torch.full((batch, tokens), round(fraction * layer.n_learners), dtype=torch.long))
     return decisions
-
-
-def interval(ratios: list[float]) -> tuple[float, float]:
-    """95% percentile bootstrap interval of the median of per-round ratios (scipy)."""
-    import numpy as np
-    from scipy.stats import bootstrap
-
-    values = np.asarray(ratios)
-    if len(values) < 2 or np.ptp(values) == 0:
-        return float(np.median(values)), float(np.median(values))
-    res = bootstrap((values,), np.median, confidence_level=0.95, n_resamples=2000, method="percentile",
-                    random_state=np.random.default_rng(0))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def check_fractions(fractions: list[float], n_learners: int) -> None:
@@ -97,6 +82,7 @@ def run(argv: list[str]) -> list[str]:
 
     from bench import speed
     from bench.kernels.timer import device_timer
+    from bench.report.speed import round_ci
 
     keys = ["method=acm", "narrow=false", *argv]
     cfg = speed.parse(keys)
@@ -104,34 +90,26 @@ def run(argv: list[str]) -> list[str]:
         raise speed.UserError("times ACM on the CPU (method=acm device=cpu)")
     check_fractions(list(cfg.fraction), int(speed.resolve(cfg)[3][0][2]().n_learners))
     points, base, dense_macs = speed.prepare(cfg, keys, log=lambda line: None)
-    timed = [("dense", points[0].fn, dense_macs)]
+    timed = [points[0]]
     with torch.inference_mode():
         for point in (p for p in points[1:] if p.forced):  # the method's points (not the narrow dense ones)
             equal, macs = equal_point(point, cfg.batch, int(base["tokens"]))
-            timed += [(f"drawn k, f={point.fraction:g}", point.fn, point.fields["macs_per_sample"]),
-                      (f"equal k, f={point.fraction:g}", equal, macs)]
-        load_before = speed.wait_until_quiet(cfg.max_load, cfg.wait_s, log=lambda line: None)
-        timer = device_timer(cfg.device, base["min_run_s"], cfg.threads)
-        for _, fn, _ in timed:  # warm-up
-            fn()
-        samples: dict[str, list[float]] = {name: [] for name, _, _ in timed}
-        rng = random.Random(cfg.seed)
-        for _ in range(cfg.rounds):
-            order = list(range(len(timed)))
-            rng.shuffle(order)
-            for i in order:
-                samples[timed[i][0]].append(statistics.median(timer(timed[i][1])))
+            timed += [point, speed.Point("acm (equal k)", point.fraction, equal, {
+                "method": "acm (equal k)", "fraction": point.fraction, "macs_per_sample": macs})]
+        base["load_before"] = speed.wait_until_quiet(cfg.max_load, cfg.wait_s, log=lambda line: None)
+        for point in timed:  # warm-up
+            point.fn()
+        speed.time_rounds(timed, cfg, device_timer(cfg.device, base["min_run_s"], cfg.threads), log=lambda line: None)
     lines = [f"# python scripts/acm_arrangement.py {' '.join(argv)}", "",
              f"{base['device_name']}, {cfg.threads} thread(s), batch {cfg.batch}, {cfg.task}/{cfg.arch}, "
-             f"{cfg.rounds} rounds, {os.cpu_count()} CPUs, load average {load_before:.2f} before, "
+             f"{cfg.rounds} rounds, {os.cpu_count()} CPUs, load average {base['load_before']:.2f} before, "
              f"{os.getloadavg()[0]:.2f} after, commit {base['git_sha'][:7]}{' (dirty)' if base['git_dirty'] else ''}",
              "", "| point | MACs / dense | time / dense | efficiency | 95% CI |", "|---|---|---|---|---|"]
-    for name, _, macs in timed[1:]:
-        ratios = [t / d for t, d in zip(samples[name], samples["dense"])]
-        low, high = interval(ratios)
-        ratio, macs_ratio = statistics.median(ratios), macs / dense_macs
-        lines.append(f"| {name} | {macs_ratio:.3f} | {ratio:.3f} | {macs_ratio / ratio:.3f} | "
-                     f"[{macs_ratio / high:.3f}, {macs_ratio / low:.3f}] |")
+    for row in speed.point_rows(timed, base, dense_macs)[1:]:
+        low, high = round_ci(row["time_ratio_rounds"])
+        name = f"{'equal' if row['method'] != 'acm' else 'drawn'} k, f={row['fraction']:g}"
+        lines.append(f"| {name} | {row['macs_ratio']:.3f} | {row['time_ratio']:.3f} | {row['speed_efficiency']:.3f} | "
+                     f"[{row['macs_ratio'] / high:.3f}, {row['macs_ratio'] / low:.3f}] |")
     return lines
 
 
