@@ -148,10 +148,8 @@ def test_real_path_with_forced_edge_decisions_equals_the_reference_and_counter(c
     block.force = M.Decisions(kv, q, ffn)
     with torch.inference_mode():
         real = block.forward_real(x)
-        y = block.norm1(x)
-        keys, values = block.ln_k(block.k(y)) * kv[..., None], block.ln_v(block.v(y)) * kv[..., None]
-        mixed = x + q[..., None] * block.o(block.ln_o(block._attend(block.q(y), keys, values)))
-        expected = mixed + sum(ffn[..., i:i + 1] * block._slice(i, mixed) for i in range(block.slices))
+        expected = torch.stack([_reference_block(block, x[s], False, M.Decisions(kv[s], q[s], ffn[s]))
+                                for s in range(b)])
         model.real_path = True
         for other in model.blocks[1:]:
             other.force = M.Decisions(kv, q, ffn)
@@ -161,12 +159,14 @@ def test_real_path_with_forced_edge_decisions_equals_the_reference_and_counter(c
     assert report.uncounted == [] and float(logged.sum()) == pytest.approx(report.macs, rel=1e-9)
 
 
-def _reference_block(block: M.CCTBlock, x: torch.Tensor, drop_inactive: bool) -> torch.Tensor:
+def _reference_block(block: M.CCTBlock, x: torch.Tensor, drop_inactive: bool,
+                     forced: M.Decisions | None = None) -> torch.Tensor:
     """One sample [T, d] through a hard-gated CCT block, written out; inactive K/V rows are zero vectors,
-    or (``drop_inactive``) removed from the keys."""
+    or (``drop_inactive``) removed from the keys.  ``forced``: the sample's decisions ([T], [T], [T, M]) in
+    place of its gates'."""
     y = block.norm1(x)
-    on_kv = block.gate_kv(y).squeeze(-1) >= 0
-    on_q = block.gate_q(y).squeeze(-1) >= 0
+    on_kv = block.gate_kv(y).squeeze(-1) >= 0 if forced is None else forced.kv
+    on_q = block.gate_q(y).squeeze(-1) >= 0 if forced is None else forced.q
     k, v = block.ln_k(block.k(y)), block.ln_v(block.v(y))
     if drop_inactive:
         k, v = k[on_kv], v[on_kv]
@@ -174,7 +174,7 @@ def _reference_block(block: M.CCTBlock, x: torch.Tensor, drop_inactive: bool) ->
         k, v = k * on_kv.unsqueeze(-1), v * on_kv.unsqueeze(-1)
     att = block._attend(block.q(y).unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0))[0]
     x = x + on_q.unsqueeze(-1) * block.o(block.ln_o(att))
-    on_f = block.gate_f(block.norm2(x)) >= 0
+    on_f = block.gate_f(block.norm2(x)) >= 0 if forced is None else forced.ffn
     return x + sum(on_f[:, i:i + 1] * block._slice(i, x) for i in range(block.slices))
 
 
