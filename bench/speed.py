@@ -190,9 +190,13 @@ class SpeedConfig:
                                                "refusing (0: refuse at once)")
     narrow: bool = param(True, help="also time the aligned narrow dense ideal: the dense model with every MLP "
                                     "narrowed to each fraction (widths rounded to 64)")
+    short: bool = param(True, help="also time the fewer-tokens dense ideal: the dense model on the first "
+                                   "round(f·T) of its T tokens (every weight read, fewer rows; encoders only)")
 
 
 NARROW = "narrow_dense"  # the method name of the aligned narrow dense ideal's rows
+SHORT = "short_dense"  # the method name of the fewer-tokens dense ideal's rows
+IDEALS = (NARROW, SHORT)  # the yardsticks timed beside the methods (no decisions of their own)
 ALIGN = 64  # hidden widths of the narrow dense ideal are multiples of this (GEMM tiles)
 
 
@@ -400,6 +404,8 @@ def prepare(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = prin
                 log(f"{name} f={fraction:g}: {logged / dense_macs:.3f} of dense MACs (counter {counted / dense_macs:.3f})")
         if cfg.narrow:
             points += _narrow_points(cfg, module, arch, x, dense_macs, log)
+        if cfg.short:
+            points += _short_points(cfg, dense, backbone.tokens, x, dense_macs, log)
     return points, base, dense_macs
 
 
@@ -427,6 +433,43 @@ def _narrow_points(cfg: SpeedConfig, module, arch: SpeedArch, x, dense_macs: flo
             "macs_counted_per_sample": macs, "uncounted_ops": ";".join(counter.report.uncounted)}))
         log(f"{NARROW} f={fraction:g}: MLP {small.encoder.mlp} of {arch.encoder.mlp}, {macs / dense_macs:.3f} of "
             "dense MACs")
+    return points
+
+
+def kept_tokens(fraction: float, tokens: int) -> int:
+    """Tokens the fewer-tokens ideal keeps at fraction f: round(f·T) (half up), at least one."""
+    return max(1, min(tokens, int(math.floor(fraction * tokens + 0.5))))
+
+
+def _short_points(cfg: SpeedConfig, dense, tokens: int, x, dense_macs: float,
+                  log: Callable[[str], None]) -> list[Point]:
+    """The fewer-tokens dense ideal at every fraction: the dense model itself (the same weights) with its
+    embedding's output cut to the first :func:`kept_tokens` tokens, so every block reads every weight and
+    multiplies fewer rows.  At a small batch it bounds what per-token decisions can gain: a method whose
+    tokens between them use every unit reads every weight too.  Its MACs are the counter's (the embedding
+    runs on every input position before the cut); its executed fraction is kept / T.  Encoders
+    only (a model with an ``embed`` that returns (tokens, mask)); [] otherwise."""
+    import copy
+
+    from bench import cost
+    from bench.models.transformer import FirstTokens
+
+    if not hasattr(dense, "embed") or not hasattr(dense, "blocks"):
+        log(f"{SHORT}: skipped (the backbone is not an encoder with an embedding to cut)")
+        return []
+    points = []
+    for fraction in cfg.fraction:
+        keep = kept_tokens(fraction, tokens)
+        model = copy.copy(dense)  # a shallow copy: the dense modules (the same weights); only ``embed`` differs
+        model._modules = {**dense._modules, "embed": FirstTokens(dense.embed, keep)}
+        with cost.count_macs() as counter:
+            model(x)
+        macs = counter.report.macs / cfg.batch
+        points.append(Point(SHORT, fraction, lambda model=model: model(x), {
+            "method": SHORT, "decisions": "tokens kept (the first round(f·T))", "fraction": fraction,
+            "executed_fraction": keep / tokens, "macs_per_sample": macs, "macs_counted_per_sample": macs,
+            "uncounted_ops": ";".join(counter.report.uncounted)}))
+        log(f"{SHORT} f={fraction:g}: {keep} of {tokens} tokens, {macs / dense_macs:.3f} of dense MACs")
     return points
 
 

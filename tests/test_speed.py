@@ -123,7 +123,7 @@ def test_rows_one_file_per_point(speed_rows):
     runs = list((speed_rows / "speed").iterdir())
     assert len(runs) == 1
     files = sorted(p.name for p in runs[0].glob("*.csv"))
-    assert files == sorted(["dense_f1.csv"] + [f"{m}_f{f}.csv" for m in (*FORCED, speed.NARROW)
+    assert files == sorted(["dense_f1.csv"] + [f"{m}_f{f}.csv" for m in (*FORCED, *speed.IDEALS)
                                                for f in ("0.25", "1")])
     rows = speed.load_rows(speed_rows)
     assert list(rows.columns) == speed.COLUMNS and (rows["status"] == "ok").all()
@@ -140,6 +140,11 @@ def test_rows_one_file_per_point(speed_rows):
     narrow = rows[rows["method"] == speed.NARROW].set_index("fraction")
     assert narrow.loc[0.25, "executed_fraction"] == 0.5 and narrow.loc[0.25, "macs_ratio"] < 1.0
     assert narrow.loc[1.0, "macs_ratio"] == pytest.approx(1.0)
+    # the fewer-tokens dense ideal: tiny's 17 tokens at f = 0.25 keep round(4.25) = 4 (the patch embedding still
+    # runs on every patch, so the MACs stay above the token fraction); at f = 1 it is dense
+    short = rows[rows["method"] == speed.SHORT].set_index("fraction")
+    assert short.loc[0.25, "executed_fraction"] == pytest.approx(4 / 17)
+    assert 4 / 17 < short.loc[0.25, "macs_ratio"] < 1.0 and short.loc[1.0, "macs_ratio"] == pytest.approx(1.0)
 
 
 def test_aligned_width_and_narrowed_arch():
@@ -153,9 +158,40 @@ def test_aligned_width_and_narrowed_arch():
     assert speed.narrowed(speed.SpeedArch("y", speed.Stack(32, 2, 2, 48)), 0.0).encoder.mlp == 48
 
 
-def test_narrow_false_times_no_ideal(tmp_path):
-    assert cli.main(["speed", "method=acm", *TINY, "fraction=0.5", "narrow=false", f"results_dir={tmp_path}"]) == 0
+def test_narrow_and_short_false_time_no_ideal(tmp_path):
+    assert cli.main(["speed", "method=acm", *TINY, "fraction=0.5", "narrow=false", "short=false",
+                     f"results_dir={tmp_path}"]) == 0
     assert set(speed.load_rows(tmp_path)["method"]) == {"dense", "acm"}
+
+
+def test_kept_tokens():
+    assert [speed.kept_tokens(f, 197) for f in (0.25, 0.5, 0.75, 1.0)] == [49, 99, 148, 197]
+    assert speed.kept_tokens(0.0, 17) == 1 and speed.kept_tokens(2.0, 17) == 17
+
+
+def test_short_ideal_shares_the_dense_weights_and_cuts_only_the_tokens():
+    from bench.models.transformer import FirstTokens
+    from tasks.imagenet import speed as imagenet_speed
+
+    backbone = imagenet_speed.build(imagenet_speed.ARCHS["tiny"])
+    dense = backbone.model.eval()
+    x = backbone.example(2, torch.Generator().manual_seed(0))
+    cfg = speed.parse(["method=acm", *TINY, "fraction=0.25,1"])
+    with torch.inference_mode():
+        points = speed._short_points(cfg, dense, backbone.tokens, x, 1.0, log=lambda line: None)
+        assert [p.fields["executed_fraction"] for p in points] == pytest.approx([4 / 17, 1.0])
+        assert torch.equal(points[1].fn(), dense(x))  # all tokens kept: the dense model itself
+        tokens, _ = dense.embed(x)
+        assert torch.equal(FirstTokens(dense.embed, 4)(x)[0], tokens[:, :4])
+    assert dense.embed.__class__ is not FirstTokens  # the dense model is left as it was
+
+
+def test_short_ideal_skips_an_encoder_decoder():
+    lines = []
+    points, _, _ = speed.prepare(speed.parse(["method=acm", "task=iwslt", "arch=tiny", "batch=1", "rounds=1",
+                                              "fraction=0.5", "narrow=false", "max_load=1000"]), [], lines.append)
+    assert {p.method for p in points} == {"dense", "acm"}
+    assert any(line.startswith(f"{speed.SHORT}: skipped") for line in lines)
 
 
 def _as_timed(speed_rows, root, *, load: float, dirty: bool):

@@ -135,6 +135,19 @@ class Block(nn.Module):
         return self.attn.macs(tokens) + self.mlp.macs(tokens)
 
 
+class FirstTokens(nn.Module):
+    """An embedding whose (tokens, key_padding_mask) output is cut to its first ``keep`` tokens (the
+    fewer-tokens dense ideal of ``bench speed``)."""
+
+    def __init__(self, embed: nn.Module, keep: int):
+        super().__init__()
+        self.inner, self.keep = embed, keep
+
+    def forward(self, inputs: Tensor) -> tuple[Tensor, Tensor | None]:
+        tokens, mask = self.inner(inputs)
+        return tokens[:, :self.keep], (None if mask is None else mask[:, :self.keep])
+
+
 class Encoder(nn.Module):
     """embed → blocks → norm → pool → head.  ``embed`` returns (tokens, key_padding_mask or None)."""
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from bench import results
 from bench.figures import save_figure
-from bench.speed import NARROW, load_rows
+from bench.speed import IDEALS, NARROW, SHORT, load_rows
 
 PANEL = ["task", "arch", "dtype", "threads", "cuda_graph"]
 KEY = PANEL + ["method", "fraction"]
@@ -118,12 +118,19 @@ def efficiency_ci(row) -> tuple[float, float]:
     return float(row["macs_ratio"]) / high, float(row["macs_ratio"]) / low
 
 
-def _draw_narrow(ax, panel, x: str, y: str) -> None:
-    """The aligned narrow dense ideal of the panel as a grey line (no efficiency label: it is the yardstick)."""
-    sub = panel[panel["method"] == NARROW].sort_values("fraction")
-    if not sub.empty:
-        ax.plot(sub[x], sub[y], color="gray", lw=2, alpha=0.6, marker="s", ms=3,
-                label="aligned narrow dense ideal (static model, MLP width f rounded to 64)")
+IDEAL_STYLES = {  # the yardsticks as grey lines (no efficiency label)
+    NARROW: ({"ls": "-", "marker": "s"}, "aligned narrow dense ideal (static model, MLP width f rounded to 64)"),
+    SHORT: ({"ls": "-.", "marker": "^"}, "fewer-tokens dense ideal (dense on the first f·T tokens: every weight "
+                                         "read, fewer rows)"),
+}
+
+
+def _draw_ideals(ax, panel, x: str, y: str) -> None:
+    """The panel's ideals (:data:`bench.speed.IDEALS`) as grey lines."""
+    for name, (style, label) in IDEAL_STYLES.items():
+        sub = panel[panel["method"] == name].sort_values("fraction")
+        if not sub.empty:
+            ax.plot(sub[x], sub[y], color="gray", lw=2, alpha=0.6, ms=3, label=label, **style)
 
 
 def _time_panel(ax, panel, methods, colours, fit, grid) -> None:
@@ -135,7 +142,7 @@ def _time_panel(ax, panel, methods, colours, fit, grid) -> None:
         ax.plot(grid, fit["intercept"] + fit["slope"] * grid, color="gray", ls="--", lw=1,
                 label=f"ACM kernel fit ({fit['variant']}, one layer, batch {fit['batch']}): "
                       f"{fit['intercept']:.2f} + {fit['slope']:.2f}·f")
-    _draw_narrow(ax, panel, "macs_ratio", "time_ratio")
+    _draw_ideals(ax, panel, "macs_ratio", "time_ratio")
     for i, method in enumerate(methods):
         sub = panel[panel["method"] == method].sort_values("macs_ratio")
         if sub.empty:
@@ -159,7 +166,7 @@ def _efficiency_panel(ax, panel, methods, colours) -> None:
 
     ax.axhline(1.0, color="black", lw=0.8)
     ax.axhline(TARGET, color="black", ls="--", lw=0.8, label=f"target {TARGET:g} at f = 0.5")
-    _draw_narrow(ax, panel, "executed_fraction", "speed_efficiency")
+    _draw_ideals(ax, panel, "executed_fraction", "speed_efficiency")
     for i, method in enumerate(methods):
         sub = panel[panel["method"] == method].sort_values("executed_fraction")
         if sub.empty:
@@ -185,7 +192,7 @@ def plot(rows, device: str, batch: int, fit: dict | None, path: Path) -> Path:
     fig, axes = plt.subplots(2, len(panels), figsize=(10.5 * len(panels), 10.0), squeeze=False)  # legend beside
     grid = np.linspace(0, 1.2, 50)
     colours = plt.get_cmap("tab10")
-    methods = sorted(set(rows["method"]) - {"dense", NARROW})
+    methods = sorted(set(rows["method"]) - {"dense", *IDEALS})
     for column, (key, idx) in enumerate(panels):
         panel = rows.loc[idx]
         top, bottom = axes[0][column], axes[1][column]
@@ -254,7 +261,12 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
           "1-minute load average not above the CPU count before and after the timings, nor on average over "
           "the rounds): the latest "
           "such row of every point. A point's latest row, when it is not such a row, is listed below them with "
-          "the reason it is kept apart.", ""]
+          "the reason it is kept apart.", "",
+          "Two yardsticks are timed beside the methods (grey lines, rows listed like a method's): "
+          f"`{NARROW}`, the dense model with every MLP narrowed to the fraction (width rounded to 64: fewer "
+          f"weights, every row), and `{SHORT}`, the dense model on the first f·T tokens (every weight, fewer "
+          "rows: at a small batch the ceiling of per-token decisions, whose tokens between them read every "
+          "weight).", ""]
     for (device, batch), group in rows.groupby(["device", "batch"]):
         quiet, apart = group[group["_why"] == ""], group[group["_why"] != ""]
         md += [f"## {device}, batch {int(batch)} ({group['device_name'].iloc[0]})", ""]
