@@ -405,7 +405,7 @@ def prepare(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = prin
         if cfg.narrow:
             points += _narrow_points(cfg, module, arch, x, dense_macs, log)
         if cfg.short:
-            points += _short_points(cfg, dense, backbone.tokens, x, dense_macs, log)
+            points += _short_points(cfg, backbone, dense, x, dense_macs, log)
     return points, base, dense_macs
 
 
@@ -441,35 +441,45 @@ def kept_tokens(fraction: float, tokens: int) -> int:
     return max(1, min(tokens, int(math.floor(fraction * tokens + 0.5))))
 
 
-def _short_points(cfg: SpeedConfig, dense, tokens: int, x, dense_macs: float,
-                  log: Callable[[str], None]) -> list[Point]:
-    """The fewer-tokens dense ideal at every fraction: the dense model itself (the same weights) with its
-    embedding's output cut to the first :func:`kept_tokens` tokens, so every block reads every weight and
-    multiplies fewer rows.  At a small batch it bounds what per-token decisions can gain: a method whose
-    tokens between them use every unit reads every weight too.  Its MACs are the counter's (the embedding
-    runs on every input position before the cut); its executed fraction is kept / T.  Encoders
-    only (a model with an ``embed`` that returns (tokens, mask)); [] otherwise."""
+def short_model(dense, keep: int):
+    """The dense model on its first ``keep`` tokens: a shallow copy of ``dense`` that shares every module (the
+    same weights, nothing copied) except ``embed``, whose output is cut (:class:`FirstTokens`).  The dense
+    model is left as it was; moving or casting the copy (``.to``, ``.half``) would move dense's weights too."""
     import copy
 
-    from bench import cost
     from bench.models.transformer import FirstTokens
 
-    if not hasattr(dense, "embed") or not hasattr(dense, "blocks"):
-        log(f"{SHORT}: skipped (the backbone is not an encoder with an embedding to cut)")
+    model = copy.copy(dense)  # a new __dict__ holding dense's own module objects
+    model._modules = {**dense._modules, "embed": FirstTokens(dense.embed, keep)}
+    return model
+
+
+def _short_points(cfg: SpeedConfig, backbone: SpeedBackbone, dense, x, dense_macs: float,
+                  log: Callable[[str], None]) -> list[Point]:
+    """The fewer-tokens dense ideal at every fraction (:func:`short_model` at :func:`kept_tokens`): every block
+    reads every weight and multiplies fewer rows.  A reference for per-token decisions at a small batch:
+    when the tokens of a batch between them use every unit, a method reads every weight as dense does, and
+    with about f·T rows per product in every layer (decisions spread evenly over the layers) it lands here
+    at best.  Its MACs are the counter's (the embedding runs on every input position before the cut, while
+    attention shrinks with the square of the tokens); its executed fraction is kept / T.  Encoders only
+    ([] otherwise, with a log line)."""
+    from bench import cost
+
+    if "encoder" not in backbone.capabilities:
+        log(f"{SHORT}: skipped (the backbone is not an encoder: {', '.join(backbone.capabilities)})")
         return []
     points = []
     for fraction in cfg.fraction:
-        keep = kept_tokens(fraction, tokens)
-        model = copy.copy(dense)  # a shallow copy: the dense modules (the same weights); only ``embed`` differs
-        model._modules = {**dense._modules, "embed": FirstTokens(dense.embed, keep)}
+        keep = kept_tokens(fraction, backbone.tokens)
+        model = short_model(dense, keep)
         with cost.count_macs() as counter:
             model(x)
         macs = counter.report.macs / cfg.batch
         points.append(Point(SHORT, fraction, lambda model=model: model(x), {
             "method": SHORT, "decisions": "tokens kept (the first round(f·T))", "fraction": fraction,
-            "executed_fraction": keep / tokens, "macs_per_sample": macs, "macs_counted_per_sample": macs,
+            "executed_fraction": keep / backbone.tokens, "macs_per_sample": macs, "macs_counted_per_sample": macs,
             "uncounted_ops": ";".join(counter.report.uncounted)}))
-        log(f"{SHORT} f={fraction:g}: {keep} of {tokens} tokens, {macs / dense_macs:.3f} of dense MACs")
+        log(f"{SHORT} f={fraction:g}: {keep} of {backbone.tokens} tokens, {macs / dense_macs:.3f} of dense MACs")
     return points
 
 

@@ -84,7 +84,7 @@ def run(argv: list[str]) -> list[str]:
     from bench.kernels.timer import device_timer
     from bench.report.speed import round_ci
 
-    keys = ["method=acm", "narrow=false", *argv]
+    keys = ["method=acm", "narrow=false", "short=false", *argv]
     cfg = speed.parse(keys)
     if cfg.device != "cpu" or list(cfg.method) != ["acm"]:
         raise speed.UserError("times ACM on the CPU (method=acm device=cpu)")
@@ -92,7 +92,7 @@ def run(argv: list[str]) -> list[str]:
     points, base, dense_macs = speed.prepare(cfg, keys, log=lambda line: None)
     timed = [points[0]]
     with torch.inference_mode():
-        for point in (p for p in points[1:] if p.forced):  # the method's points (not the narrow dense ones)
+        for point in (p for p in points[1:] if p.forced):  # the method's points (not the ideals)
             equal, macs = equal_point(point, cfg.batch, int(base["tokens"]))
             timed += [point, speed.Point("acm (equal k)", point.fraction, equal, {
                 "method": "acm (equal k)", "fraction": point.fraction, "macs_per_sample": macs})]

@@ -169,21 +169,23 @@ def test_kept_tokens():
     assert speed.kept_tokens(0.0, 17) == 1 and speed.kept_tokens(2.0, 17) == 17
 
 
-def test_short_ideal_shares_the_dense_weights_and_cuts_only_the_tokens():
-    from bench.models.transformer import FirstTokens
+def test_short_model_shares_the_dense_weights_and_cuts_only_the_tokens():
     from tasks.imagenet import speed as imagenet_speed
 
     backbone = imagenet_speed.build(imagenet_speed.ARCHS["tiny"])
     dense = backbone.model.eval()
+    embed = dense.embed
     x = backbone.example(2, torch.Generator().manual_seed(0))
-    cfg = speed.parse(["method=acm", *TINY, "fraction=0.25,1"])
+    short = speed.short_model(dense, 4)
+    assert short.blocks is dense.blocks and short.head is dense.head and dense.embed is embed
+    assert [p.data_ptr() for p in short.parameters()] == [p.data_ptr() for p in dense.parameters()]
     with torch.inference_mode():
-        points = speed._short_points(cfg, dense, backbone.tokens, x, 1.0, log=lambda line: None)
-        assert [p.fields["executed_fraction"] for p in points] == pytest.approx([4 / 17, 1.0])
-        assert torch.equal(points[1].fn(), dense(x))  # all tokens kept: the dense model itself
-        tokens, _ = dense.embed(x)
-        assert torch.equal(FirstTokens(dense.embed, 4)(x)[0], tokens[:, :4])
-    assert dense.embed.__class__ is not FirstTokens  # the dense model is left as it was
+        features, _ = short.features(x)
+        assert features.shape[1] == 4 and dense.features(x)[0].shape[1] == backbone.tokens
+        assert torch.equal(speed.short_model(dense, backbone.tokens)(x), dense(x))  # every token kept: dense
+        cfg = speed.parse(["method=acm", *TINY, "fraction=0.25,1"])
+        points = speed._short_points(cfg, backbone, dense, x, 1.0, log=lambda line: None)
+    assert [p.fields["executed_fraction"] for p in points] == pytest.approx([4 / 17, 1.0])
 
 
 def test_short_ideal_skips_an_encoder_decoder():

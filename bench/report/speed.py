@@ -118,16 +118,20 @@ def efficiency_ci(row) -> tuple[float, float]:
     return float(row["macs_ratio"]) / high, float(row["macs_ratio"]) / low
 
 
-IDEAL_STYLES = {  # the yardsticks as grey lines (no efficiency label)
+IDEAL_STYLES = {  # the yardsticks as grey lines (no efficiency label): (line style, legend label)
     NARROW: ({"ls": "-", "marker": "s"}, "aligned narrow dense ideal (static model, MLP width f rounded to 64)"),
     SHORT: ({"ls": "-.", "marker": "^"}, "fewer-tokens dense ideal (dense on the first f·T tokens: every weight "
                                          "read, fewer rows)"),
 }
 
 
+assert set(IDEAL_STYLES) == set(IDEALS), "every ideal of bench.speed needs a style here"
+
+
 def _draw_ideals(ax, panel, x: str, y: str) -> None:
     """The panel's ideals (:data:`bench.speed.IDEALS`) as grey lines."""
-    for name, (style, label) in IDEAL_STYLES.items():
+    for name in IDEALS:
+        style, label = IDEAL_STYLES[name]
         sub = panel[panel["method"] == name].sort_values("fraction")
         if not sub.empty:
             ax.plot(sub[x], sub[y], color="gray", lw=2, alpha=0.6, ms=3, label=label, **style)
@@ -265,8 +269,8 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
           "Two yardsticks are timed beside the methods (grey lines, rows listed like a method's): "
           f"`{NARROW}`, the dense model with every MLP narrowed to the fraction (width rounded to 64: fewer "
           f"weights, every row), and `{SHORT}`, the dense model on the first f·T tokens (every weight, fewer "
-          "rows: at a small batch the ceiling of per-token decisions, whose tokens between them read every "
-          "weight).", ""]
+          "rows: at a small batch, the reference for per-token decisions spread evenly over the layers, whose "
+          "tokens between them read every weight as dense does).", ""]
     for (device, batch), group in rows.groupby(["device", "batch"]):
         quiet, apart = group[group["_why"] == ""], group[group["_why"] != ""]
         md += [f"## {device}, batch {int(batch)} ({group['device_name'].iloc[0]})", ""]
