@@ -374,13 +374,8 @@ def prepare(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = prin
             "command": "python -m bench speed " + shlex.join(argv), "timestamp": provenance.timestamp()}
 
     with torch.inference_mode():
-        with cost.count_macs() as counter:
-            dense(x)
-        dense_macs = counter.report.macs / cfg.batch
-        points = [Point("dense", 1.0, lambda: dense(x), {"method": "dense", "decisions": "", "fraction": 1.0,
-                                                           "executed_fraction": 1.0, "macs_per_sample": dense_macs,
-                                                           "macs_counted_per_sample": dense_macs,
-                                                           "uncounted_ops": ";".join(counter.report.uncounted)})]
+        points = [_ideal_point("dense", 1.0, dense, x, cfg.batch, "", 1.0)]  # counted like the static ideals
+        dense_macs = points[0].fields["macs_per_sample"]
         for name, forcer, model in forcers:
             for fraction in cfg.fraction:
                 decisions = forcer.draw(model, fraction, cfg.batch, backbone, gen)
@@ -405,8 +400,21 @@ def prepare(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = prin
         if cfg.narrow:
             points += _narrow_points(cfg, module, arch, x, dense_macs, log)
         if cfg.short:
-            points += _short_points(cfg, backbone, dense, x, dense_macs, log)
+            points += _short_points(cfg, backbone, x, dense_macs, log)
     return points, base, dense_macs
+
+
+def _ideal_point(name: str, fraction: float, model, x, batch: int, decisions: str, executed: float) -> Point:
+    """A static model's point (dense or an ideal): its MACs per sample are the counter's on one call (no
+    decision log)."""
+    from bench import cost
+
+    with cost.count_macs() as counter:
+        model(x)
+    macs = counter.report.macs / batch
+    return Point(name, fraction, lambda: model(x), {
+        "method": name, "decisions": decisions, "fraction": fraction, "executed_fraction": executed,
+        "macs_per_sample": macs, "macs_counted_per_sample": macs, "uncounted_ops": ";".join(counter.report.uncounted)})
 
 
 def _narrow_points(cfg: SpeedConfig, module, arch: SpeedArch, x, dense_macs: float,
@@ -416,23 +424,17 @@ def _narrow_points(cfg: SpeedConfig, module, arch: SpeedArch, x, dense_macs: flo
     counter's (no decisions to log); its executed fraction is the encoder MLP's width over the dense one's."""
     import torch
 
-    from bench import cost
-
     device, dtype = torch.device(cfg.device), _dtype(torch, cfg.dtype)
     points = []
     for fraction in cfg.fraction:
         small = narrowed(arch, fraction)
         torch.manual_seed(cfg.seed)
         model = module.build(small).model.eval().to(device, dtype)
-        with cost.count_macs() as counter:
-            model(x)
-        macs = counter.report.macs / cfg.batch
-        points.append(Point(NARROW, fraction, lambda model=model: model(x), {
-            "method": NARROW, "decisions": f"MLP width (multiple of {ALIGN})", "fraction": fraction,
-            "executed_fraction": small.encoder.mlp / arch.encoder.mlp, "macs_per_sample": macs,
-            "macs_counted_per_sample": macs, "uncounted_ops": ";".join(counter.report.uncounted)}))
-        log(f"{NARROW} f={fraction:g}: MLP {small.encoder.mlp} of {arch.encoder.mlp}, {macs / dense_macs:.3f} of "
-            "dense MACs")
+        point = _ideal_point(NARROW, fraction, model, x, cfg.batch, f"MLP width (multiple of {ALIGN})",
+                             small.encoder.mlp / arch.encoder.mlp)
+        points.append(point)
+        log(f"{NARROW} f={fraction:g}: MLP {small.encoder.mlp} of {arch.encoder.mlp}, "
+            f"{point.fields['macs_per_sample'] / dense_macs:.3f} of dense MACs")
     return points
 
 
@@ -454,7 +456,7 @@ def short_model(dense, keep: int):
     return model
 
 
-def _short_points(cfg: SpeedConfig, backbone: SpeedBackbone, dense, x, dense_macs: float,
+def _short_points(cfg: SpeedConfig, backbone: SpeedBackbone, x, dense_macs: float,
                   log: Callable[[str], None]) -> list[Point]:
     """The fewer-tokens dense ideal at every fraction (:func:`short_model` at :func:`kept_tokens`): every block
     reads every weight and multiplies fewer rows.  A reference for per-token decisions at a small batch:
@@ -462,24 +464,18 @@ def _short_points(cfg: SpeedConfig, backbone: SpeedBackbone, dense, x, dense_mac
     with about f·T rows per product in every layer (decisions spread evenly over the layers) it lands here
     at best.  Its MACs are the counter's (the embedding runs on every input position before the cut, while
     attention shrinks with the square of the tokens); its executed fraction is kept / T.  Encoders only
-    ([] otherwise, with a log line)."""
-    from bench import cost
-
+    ([] otherwise, with a log line).  ``backbone.model`` is the dense model, already on the timing device."""
     if "encoder" not in backbone.capabilities:
         log(f"{SHORT}: skipped (the backbone is not an encoder: {', '.join(backbone.capabilities)})")
         return []
     points = []
     for fraction in cfg.fraction:
         keep = kept_tokens(fraction, backbone.tokens)
-        model = short_model(dense, keep)
-        with cost.count_macs() as counter:
-            model(x)
-        macs = counter.report.macs / cfg.batch
-        points.append(Point(SHORT, fraction, lambda model=model: model(x), {
-            "method": SHORT, "decisions": "tokens kept (the first round(f·T))", "fraction": fraction,
-            "executed_fraction": keep / backbone.tokens, "macs_per_sample": macs, "macs_counted_per_sample": macs,
-            "uncounted_ops": ";".join(counter.report.uncounted)}))
-        log(f"{SHORT} f={fraction:g}: {keep} of {backbone.tokens} tokens, {macs / dense_macs:.3f} of dense MACs")
+        point = _ideal_point(SHORT, fraction, short_model(backbone.model, keep), x, cfg.batch,
+                             "tokens kept (the first round(f·T))", keep / backbone.tokens)
+        points.append(point)
+        log(f"{SHORT} f={fraction:g}: {keep} of {backbone.tokens} tokens, "
+            f"{point.fields['macs_per_sample'] / dense_macs:.3f} of dense MACs")
     return points
 
 

@@ -154,8 +154,7 @@ def energy_rows(points: list, dense: list[Window], method: list[Window], idle: W
 def _speed_args(args: argparse.Namespace) -> list[str]:
     return [f"method={args.methods}", "task=imagenet", f"arch={args.arch}", f"fraction={args.fractions}",
             f"batch={args.batch}", f"device={args.device}", f"dtype={args.dtype}", "cuda_graphs=false",
-            "narrow=false", "short=false"]  # energy per sample of the methods against dense; the ideals are timed
-    # by the speed step
+            "narrow=false", "short=false"]  # the methods' energy against dense; the speed step times the ideals
 
 
 def open_counter(device: str):

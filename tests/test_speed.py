@@ -184,7 +184,7 @@ def test_short_model_shares_the_dense_weights_and_cuts_only_the_tokens():
         assert features.shape[1] == 4 and dense.features(x)[0].shape[1] == backbone.tokens
         assert torch.equal(speed.short_model(dense, backbone.tokens)(x), dense(x))  # every token kept: dense
         cfg = speed.parse(["method=acm", *TINY, "fraction=0.25,1"])
-        points = speed._short_points(cfg, backbone, dense, x, 1.0, log=lambda line: None)
+        points = speed._short_points(cfg, backbone, x, 1.0, log=lambda line: None)
     assert [p.fields["executed_fraction"] for p in points] == pytest.approx([4 / 17, 1.0])
 
 
