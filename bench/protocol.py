@@ -254,10 +254,10 @@ def base_stage_name(width: float = 1.0, depth: float = 1.0) -> str:
 
 
 def stage_state(run: "RunContext", owner: str, name: str, key: Any) -> str:
-    return _stage_status(run, owner, name, key)[0]
+    return stage_status(run, owner, name, key)[0]
 
 
-def _stage_status(run: "RunContext", owner: str, name: str, key: Any) -> tuple[str, int]:
+def stage_status(run: "RunContext", owner: str, name: str, key: Any) -> tuple[str, int]:
     """"cached" (a checkpoint is there; it is checked when loaded), "shipped" (installed from artifacts/ when
     needed), "to train from step N" of the cache's own resumable checkpoint or of a shipped one, or "to train";
     with the step training resumes at.  Looks for files; of a resumable checkpoint it reads the step alone
@@ -295,14 +295,14 @@ def describe_plan(method: "Method", the_plan: Plan) -> tuple[str, int]:
     run, task = method.run, method.task
     parts, steps_left = [], 0
     if the_plan.starts_from == "base":
-        state, done = _stage_status(run, "dense", base_stage_name(), the_plan.parent_key)
+        state, done = stage_status(run, "dense", base_stage_name(), the_plan.parent_key)
         base_steps = int(task.base_budget()["steps"])
         parts.append(f"dense base {base_steps} steps ({state})")
         if state.startswith("to train"):
             steps_left += base_steps - done
     for planned in the_plan.stages:
         if planned.steps:
-            state, done = _stage_status(run, run.method, planned.stage.name, planned.key)
+            state, done = stage_status(run, run.method, planned.stage.name, planned.key)
             parts.append(f"{planned.stage.name} {planned.steps} steps ({state})")
             if state.startswith("to train"):
                 steps_left += planned.steps - done

@@ -104,18 +104,22 @@ def build_command(seed: int, point: Point, run_settings: tuple[str, ...] = tuple
 
 def stages_to_train(seed: int, point: Point, threads: int) -> list[tuple[str, int]]:
     """("<method>:<stage>", steps) of every stage a command of ``point`` would train on this machine (the
-    dense base first when it is neither cached nor shipped)."""
+    dense base first when it is neither cached nor shipped): the steps still to train, so a stage that resumes
+    from a checkpoint (the cache's own or a shipped one) counts from the step it resumes at."""
     from bench import protocol
 
     run, task, method, method_name = build_command(seed, point, (f"threads={threads}",))
     plan = protocol.plan(method)
     todo = []
-    if plan.starts_from == "base" and \
-            protocol.stage_state(run, "dense", protocol.base_stage_name(), plan.parent_key) == "to train":
-        todo.append(("dense:base", int(task.base_budget()["steps"])))
+    if plan.starts_from == "base":
+        state, done = protocol.stage_status(run, "dense", protocol.base_stage_name(), plan.parent_key)
+        if state.startswith("to train"):
+            todo.append(("dense:base", int(task.base_budget()["steps"]) - done))
     for planned in plan.stages:
-        if planned.steps and protocol.stage_state(run, run.method, planned.stage.name, planned.key) == "to train":
-            todo.append((f"{method_name}:{planned.stage.name}", int(planned.steps)))
+        if planned.steps:
+            state, done = protocol.stage_status(run, run.method, planned.stage.name, planned.key)
+            if state.startswith("to train"):
+                todo.append((f"{method_name}:{planned.stage.name}", int(planned.steps) - done))
     return todo
 
 

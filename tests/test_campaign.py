@@ -701,6 +701,21 @@ def test_estimate_times_the_stages_left_to_train(tmp_path, monkeypatch):
     assert guess.seconds == pytest.approx(base_steps / 20 + todo[1][1] / 10 + sum(n for _, n in rest) * 0.5)
 
 
+def test_a_stage_that_resumes_from_its_checkpoint_counts_only_the_steps_left(tmp_path, monkeypatch):
+    from bench import checkpoints, protocol
+
+    campaign = _campaign()
+    estimate = load_script("campaign_estimate")
+    monkeypatch.setattr(estimate, "ROOT", tmp_path)
+    point = campaign.Point("imagenet", ("method=acm", "acm.beta_target=0.4", "recipe=paper"))
+    whole = estimate.stages_to_train(7, point, 1)
+    run, _, method, _ = estimate.build_command(7, point, ("threads=1",))
+    last = [p for p in protocol.plan(method).stages if p.steps][-1]
+    _fake_partial(checkpoints.partial_path(run.stage_path(run.method, last.stage.name, last.key)), 30)
+    resumed = estimate.stages_to_train(7, point, 1)
+    assert resumed[:-1] == whole[:-1] and resumed[-1] == (whole[-1][0], whole[-1][1] - 30)
+
+
 def test_status_lists_every_pending_command_with_its_estimate(monkeypatch):
     campaign = _campaign()
     estimate = load_script("campaign_estimate")
