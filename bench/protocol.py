@@ -254,10 +254,10 @@ def base_stage_name(width: float = 1.0, depth: float = 1.0) -> str:
 
 
 def stage_state(run: "RunContext", owner: str, name: str, key: Any) -> str:
-    return stage_status(run, owner, name, key)[0]
+    return _stage_status(run, owner, name, key)[0]
 
 
-def stage_status(run: "RunContext", owner: str, name: str, key: Any) -> tuple[str, int]:
+def _stage_status(run: "RunContext", owner: str, name: str, key: Any) -> tuple[str, int]:
     """"cached" (a checkpoint is there; it is checked when loaded), "shipped" (installed from artifacts/ when
     needed), "to train from step N" of the cache's own resumable checkpoint or of a shipped one, or "to train";
     with the step training resumes at.  Looks for files; of a resumable checkpoint it reads the step alone
@@ -289,24 +289,41 @@ def _saved_step(partial: Path) -> int:
         return 0
 
 
+@dataclass(frozen=True)
+class StageStatus:
+    """One stage a plan trains (the dense base first when the plan starts from it) and its state in the run's
+    cache (:func:`stage_state`)."""
+    base: bool  # the task's dense base, not one of the method's stages
+    name: str
+    steps: int
+    state: str
+    done: int  # the step training resumes at
+
+    @property
+    def steps_left(self) -> int:
+        return self.steps - self.done if self.state.startswith("to train") else 0
+
+
+def plan_status(method: "Method", the_plan: Plan) -> list[StageStatus]:
+    """The dense base (when ``the_plan`` starts from it) and every stage of it with steps, each with its state."""
+    run, task = method.run, method.task
+    out = []
+    if the_plan.starts_from == "base":
+        status = _stage_status(run, "dense", base_stage_name(), the_plan.parent_key)
+        out.append(StageStatus(True, base_stage_name(), int(task.base_budget()["steps"]), *status))
+    for planned in the_plan.stages:
+        if planned.steps:
+            status = _stage_status(run, run.method, planned.stage.name, planned.key)
+            out.append(StageStatus(False, planned.stage.name, int(planned.steps), *status))
+    return out
+
+
 def describe_plan(method: "Method", the_plan: Plan) -> tuple[str, int]:
     """One line naming what the run loads and trains (the base and each stage: cached, shipped or its steps),
     and the number of optimizer steps still to train."""
-    run, task = method.run, method.task
-    parts, steps_left = [], 0
-    if the_plan.starts_from == "base":
-        state, done = stage_status(run, "dense", base_stage_name(), the_plan.parent_key)
-        base_steps = int(task.base_budget()["steps"])
-        parts.append(f"dense base {base_steps} steps ({state})")
-        if state.startswith("to train"):
-            steps_left += base_steps - done
-    for planned in the_plan.stages:
-        if planned.steps:
-            state, done = stage_status(run, run.method, planned.stage.name, planned.key)
-            parts.append(f"{planned.stage.name} {planned.steps} steps ({state})")
-            if state.startswith("to train"):
-                steps_left += planned.steps - done
-    return ", then ".join(parts) or "nothing to train", steps_left
+    stages = plan_status(method, the_plan)
+    parts = [f"{'dense base' if s.base else s.name} {s.steps} steps ({s.state})" for s in stages]
+    return ", then ".join(parts) or "nothing to train", sum(s.steps_left for s in stages)
 
 
 def train(method: "Method") -> nn.Module:

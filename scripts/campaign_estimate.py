@@ -108,19 +108,9 @@ def stages_to_train(seed: int, point: Point, threads: int) -> list[tuple[str, in
     from a checkpoint (the cache's own or a shipped one) counts from the step it resumes at."""
     from bench import protocol
 
-    run, task, method, method_name = build_command(seed, point, (f"threads={threads}",))
-    plan = protocol.plan(method)
-    todo = []
-    if plan.starts_from == "base":
-        state, done = protocol.stage_status(run, "dense", protocol.base_stage_name(), plan.parent_key)
-        if state.startswith("to train"):
-            todo.append(("dense:base", int(task.base_budget()["steps"]) - done))
-    for planned in plan.stages:
-        if planned.steps:
-            state, done = protocol.stage_status(run, run.method, planned.stage.name, planned.key)
-            if state.startswith("to train"):
-                todo.append((f"{method_name}:{planned.stage.name}", int(planned.steps) - done))
-    return todo
+    _, _, method, method_name = build_command(seed, point, (f"threads={threads}",))
+    return [("dense:base" if s.base else f"{method_name}:{s.name}", s.steps_left)
+            for s in protocol.plan_status(method, protocol.plan(method)) if s.state.startswith("to train")]
 
 
 def estimate(seed: int, point: Point, threads: int, rates: Rates, base_step_s) -> Estimate:
