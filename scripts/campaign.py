@@ -138,12 +138,14 @@ def ends_in_time(now: dt.datetime, stop: dt.datetime | None, estimate_s: float |
 
 
 def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
-             trained: dict[str, float] | None = None, throughput=None) -> list[Progress]:
+             trained: dict[str, float] | None = None, throughput=None, share=None) -> list[Progress]:
     """Per task (in :data:`TASK_ORDER`) and seed, the progress of ``plan``; ``trained`` is
     :func:`row_train_times`, for the points the times file has not timed; ``throughput(seed, point)``
-    (:func:`campaign_estimate.estimate`) estimates the rest from measured training throughput."""
+    (:func:`campaign_estimate.estimate`) estimates the rest from measured training throughput; ``share(seed,
+    point)`` (:func:`resumed_share`) scales a whole command's recorded time to the steps it has left."""
     measured = estimates(times)
     trained = trained or {}
+    share = share or (lambda seed, point: 1.0)
     base_counted: set[tuple[str, int]] = set()  # the first pending command of a seed trains its base
     out = []
     for task in [t for t in TASK_ORDER if any(point.task == t for _, point in plan)]:
@@ -156,13 +158,17 @@ def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
                     row.done += 1
                 elif done is None:
                     row.unknown += 1
-                elif point_id(point) in measured:
-                    row.left_estimate_s += measured[point_id(point)]
-                    row.pending.append((line, measured[point_id(point)], "recorded wall time"))
-                elif point_id(point) in trained:
-                    row.left_trained_s += trained[point_id(point)]
-                    row.left_trained += 1
-                    row.pending.append((line, trained[point_id(point)], "its rows' training time"))
+                elif point_id(point) in measured or point_id(point) in trained:
+                    left = share(seed, point)
+                    whole = measured.get(point_id(point), trained.get(point_id(point)))
+                    source = "recorded wall time" if point_id(point) in measured else "its rows' training time"
+                    if point_id(point) in measured:
+                        row.left_estimate_s += whole * left
+                    else:
+                        row.left_trained_s += whole * left
+                        row.left_trained += 1
+                    row.pending.append((line, whole * left, source + (
+                        f", scaled to the {left:.0%} of its steps left (it resumes)" if left < 1 else "")))
                 else:
                     row.left_unmeasured += 1
                     guess = throughput(seed, point) if throughput is not None else None
@@ -183,10 +189,10 @@ def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
 
 
 def status(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
-           trained: dict[str, float] | None = None, throughput=None) -> list[str]:
+           trained: dict[str, float] | None = None, throughput=None, share=None) -> list[str]:
     """The lines ``--status`` prints: :func:`progress` per task and seed, the totals, then every pending
     command with its estimate and where the estimate comes from."""
-    rows = progress(plan, times, trained, throughput)
+    rows = progress(plan, times, trained, throughput, share)
     lines = [r.line() for r in rows] + [
         f"total: {sum(r.done for r in rows)}/{len(plan)} commands have rows; left: "
         f"{sum(r.left_estimate_s for r in rows) / 3600:.1f} h estimated (wall time of the campaign's commands "
@@ -355,6 +361,18 @@ def throughput_estimator(threads: dict[str, int]):
     rates = campaign_estimate.measured_rates()
     base_step_s = campaign_estimate.recorded_base_step_s(campaign_estimate.quiet_base_rates())
     return lambda seed, point: campaign_estimate.estimate(seed, point, threads[point.task], rates, base_step_s)
+
+
+def resumed_share(threads: dict[str, int], cache: Path = campaign_partials.CACHE):
+    """(seed, point) -> the share of the command's method steps left (:func:`campaign_estimate.share_left`)
+    where its task has a resumable checkpoint (shipped, or in ``cache``), else 1.0 without building its plan."""
+    import campaign_estimate
+
+    def share(seed: int, point: Point) -> float:
+        if not (campaign_partials.shipped_for(point.task) or any((cache / point.task).glob("*/*.partial.pt"))):
+            return 1.0
+        return campaign_estimate.share_left(seed, point, threads[point.task])
+    return share
 
 
 def usable_cpus() -> int:
@@ -544,7 +562,8 @@ def main(argv: list[str] | None = None) -> int:
     train_threads = training_threads(tuple({point.task for _, point in plan}),
                                      1 if args.nproc > 1 else args.train_threads)
     if args.status:
-        print("\n".join(status(plan, read_times(times, args.nproc), row_train_times(), throughput_estimator(train_threads))))
+        print("\n".join(status(plan, read_times(times, args.nproc), row_train_times(), throughput_estimator(train_threads),
+                               resumed_share(train_threads))))
         return 0
     if args.list:
         print("\n".join(shlex.join(command(seed, point)) for seed, point in plan))
@@ -556,14 +575,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs > 1:
         return run_parallel(plan, args.jobs, stop, times, {**trained, **expected}, ROOT / ".cache" / "campaign",
                             args.export_bases, args.commit)
-    return run_one_at_a_time(plan, args, times, train_threads, stop, expected, trained)
+    return run_one_at_a_time(plan, args, times, train_threads, stop, expected, trained, resumed_share(train_threads))
 
 
 def run_one_at_a_time(plan: list[tuple[int, Point]], args: argparse.Namespace, times: Path,
                       train_threads: dict[str, int], stop: dt.datetime | None, expected: dict[str, float],
-                      trained: dict[str, float]) -> int:
+                      trained: dict[str, float], share=None) -> int:
     """The plan's commands in order, one at a time (:func:`run_in_foreground`), within ``--until`` (``stop``)
-    and ``--pause-at``; 1 if one failed, 130 when stopped or paused."""
+    and ``--pause-at``; a command that resumes is expected to take its ``share(seed, point)`` of its recorded
+    time (:func:`resumed_share`); 1 if one failed, 130 when stopped or paused."""
     pause = utc_clock(args.pause_at) if args.pause_at else None
     failed = 0
     shipper = BaseShipper(args.commit) if args.export_bases else None
@@ -581,6 +601,8 @@ def run_one_at_a_time(plan: list[tuple[int, Point]], args: argparse.Namespace, t
         # first command that does not fit rather than looking for a later one that does; under --fill it
         # skips that command (and the commands of its seed that load it, if it is a base) instead
         estimate = expected.get(point_id(point), trained.get(point_id(point)))
+        if estimate is not None and stop is not None and share is not None:
+            estimate *= share(seed, point)
         now = dt.datetime.now(dt.timezone.utc)
         if pause is not None and now >= pause:
             print(f"[campaign] {args.pause_at} UTC reached: stopping before command {i}/{len(plan)}", flush=True)

@@ -113,6 +113,19 @@ def stages_to_train(seed: int, point: Point, threads: int) -> list[tuple[str, in
             for s in protocol.plan_status(method, protocol.plan(method)) if s.state.startswith("to train")]
 
 
+def share_left(seed: int, point: Point, threads: int) -> float:
+    """The share of a command's method steps still to train when one of its stages resumes part-way (from
+    the cache's checkpoint or a shipped one), else 1.0: what scales a wall time recorded for the whole command
+    (its evaluation and timing after training are scaled too, so the estimate errs short there)."""
+    from bench import protocol
+
+    _, _, method, _ = build_command(seed, point, (f"threads={threads}",))
+    stages = [s for s in protocol.plan_status(method, protocol.plan(method)) if not s.base]
+    if not any(s.state.startswith("to train") and 0 < s.done < s.steps for s in stages):
+        return 1.0
+    return sum(s.steps_left for s in stages) / sum(s.steps for s in stages)
+
+
 def estimate(seed: int, point: Point, threads: int, rates: Rates, base_step_s) -> Estimate:
     """A command's training seconds left on this machine from measured throughput; ``base_step_s(task,
     threads)`` gives the dense base's seconds per step for stages without a measured rate."""

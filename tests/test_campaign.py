@@ -716,6 +716,35 @@ def test_a_stage_that_resumes_from_its_checkpoint_counts_only_the_steps_left(tmp
     assert resumed[:-1] == whole[:-1] and resumed[-1] == (whole[-1][0], whole[-1][1] - 30)
 
 
+def test_a_resumed_command_is_expected_to_take_its_share_of_steps_left(tmp_path, monkeypatch):
+    from bench import checkpoints, protocol
+
+    campaign = _campaign()
+    estimate = load_script("campaign_estimate")
+    monkeypatch.setattr(estimate, "ROOT", tmp_path)
+    point = campaign.Point("imagenet", ("method=acm", "acm.beta_target=0.4", "recipe=paper"))
+    assert estimate.share_left(7, point, 1) == 1.0  # nothing resumes
+    run, _, method, _ = estimate.build_command(7, point, ("threads=1",))
+    stages = [p for p in protocol.plan(method).stages if p.steps]
+    _fake_partial(checkpoints.partial_path(run.stage_path(run.method, stages[-1].stage.name, stages[-1].key)), 30)
+    total = sum(p.steps for p in stages)
+    assert estimate.share_left(7, point, 1) == pytest.approx((total - 30) / total)
+    # --status scales the command's recorded wall time by it, and says so
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, p: False)
+    lines = campaign.status([(7, point)], {(campaign.point_id(point), 0): 6000.0}, {}, None, lambda seed, p: 0.25)
+    assert "0.4 h estimated from the same points' recorded wall time" in lines[0]
+    pending = lines[lines.index("pending commands (estimated time, from):") + 1:]
+    assert "25 min" in pending[0] and "scaled to the 25% of its steps left" in pending[0]
+    # the campaign asks only where the task has a resumable checkpoint
+    share = campaign.resumed_share({"imagenet": 1}, cache=tmp_path / "empty")
+    monkeypatch.setattr(campaign.campaign_partials, "shipped_for", lambda task: [])
+    monkeypatch.setattr(estimate, "share_left", lambda *a: pytest.fail("built a plan with nothing to resume"))
+    assert share(7, point) == 1.0
+    _fake_partial(tmp_path / "cache" / "imagenet" / "acm" / "acm-x.partial.pt", 30)
+    monkeypatch.setattr(estimate, "share_left", lambda seed, p, threads: 0.5)
+    assert campaign.resumed_share({"imagenet": 1}, cache=tmp_path / "cache")(7, point) == 0.5
+
+
 def test_status_lists_every_pending_command_with_its_estimate(monkeypatch):
     campaign = _campaign()
     estimate = load_script("campaign_estimate")
