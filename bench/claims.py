@@ -74,10 +74,6 @@ class Beats:
     max_cost: float = float("inf")  # with budgets=(): only a's points at most this fraction of dense cost
     quantifier: str = "all"
     title: str = ""
-    # True: a budget outside the cost range that both sides' points cover is left out of the check (the
-    # report names it and says why) instead of reading "not measured"; for claims made "at every budget"
-    # both methods were evaluated at
-    within_both_ranges: bool = False
 
 
 @dataclass(frozen=True)

@@ -132,34 +132,6 @@ def test_claim_verdicts_follow_the_ci_and_the_seeds(tmp_path):
     assert judge(Beats(Select("good"), Select("bad"), budgets=(0.2,))) == "inconclusive"  # not measured there
 
 
-def test_a_budget_outside_either_methods_range_is_left_out_only_when_the_check_says_so(tmp_path):
-    # A spans 40-60% of the dense cost and B 30-90%: at 90% A was never evaluated
-    for seed in (0, 1, 2):
-        for knob, frac in (("lo", 0.4), ("hi", 0.6)):
-            _write(tmp_path, "good", knob, frac, 0.88, seed)
-        for knob, frac in (("lo", 0.3), ("hi", 0.9)):
-            _write(tmp_path, "bad", knob, frac, 0.60, seed)
-    views = _views(tmp_path)
-
-    def evaluate(**kw):
-        claim = Claim("c", "test", "test", "toy", (Beats(Select("good"), Select("bad"), budgets=(0.5, 0.9), **kw),),
-                      dataset=DATASET)
-        return report_claims.evaluate(claim, views, tmp_path)
-
-    strict = evaluate()
-    assert strict.verdict == "inconclusive"  # 90% reads "not measured"
-    assert [item.where for item in strict.checks[0].items] == ["at 50% of dense cost", "at 90% of dense cost"]
-    within = evaluate(within_both_ranges=True)
-    assert within.verdict == "holds"
-    assert [item.where for item in within.checks[0].items] == ["at 50% of dense cost"]
-    assert "90% left out" in within.checks[0].title and "good 40.0%-60.0%" in within.checks[0].title
-    # the range is both sides': a budget below B's cheapest point is left out too
-    claim = Claim("c", "test", "test", "toy", (Beats(Select("bad"), Select("good"), budgets=(0.35, 0.5),
-                                                     within_both_ranges=True),), dataset=DATASET)
-    assert [item.where for item in report_claims.evaluate(claim, views, tmp_path).checks[0].items] == \
-        ["at 50% of dense cost"]
-
-
 @pytest.mark.parametrize("task,metric,columns", [("iwslt", "bleu", ["bleu_stats"]),
                                                  ("commonvoice", "wer", ["word_edits", "ref_words"])])
 def test_per_sample_files_hold_the_bootstrap_statistics(tmp_path, task, metric, columns):

@@ -359,27 +359,10 @@ def _beats_item(cmp: _Comparison, where: str, pairs: dict[int, tuple], extra: st
                 result, reason, extra, (lo - check.margin, hi - check.margin), hull, test)
 
 
-def budgets_compared(check: Beats, a_pts: pd.DataFrame, b_pts: pd.DataFrame) -> tuple[tuple[float, ...], str]:
-    """The check's budgets it compares at, and a note on those it leaves out: with ``within_both_ranges``,
-    a budget outside the cost range that A's points and B's (a hull; a single B point has no range) both
-    cover is left out, and the note names it with both ranges; otherwise every budget, and no note."""
-    if not check.within_both_ranges:
-        return check.budgets, ""
-    sides = [(check.a.name, a_pts)] + ([] if check.b_is_point else [(check.b.name, b_pts)])
-    lo, hi = max(float(p["frac"].min()) for _, p in sides), min(float(p["frac"].max()) for _, p in sides)
-    kept = tuple(x for x in check.budgets if lo <= x <= hi)
-    left = [x for x in check.budgets if x not in kept]
-    if not left:
-        return kept, ""
-    ranges = "; ".join(f"{name} {p['frac'].min():.1%}-{p['frac'].max():.1%}" for name, p in sides)
-    return kept, (f"{', '.join(f'{x:.0%}' for x in left)} left out: outside the cost range both methods' points "
-                  f"cover ({ranges})")
-
-
-def _budget_items(cmp: _Comparison, budgets: tuple[float, ...]) -> list[Item]:
-    """A line per budget: each seed's A hull against its B (hull or point) at that cost."""
+def _budget_items(cmp: _Comparison) -> list[Item]:
+    """A line per budget of the check: each seed's A hull against its B (hull or point) at that cost."""
     items = []
-    for x in budgets:
+    for x in cmp.check.budgets:
         # a seed either side lacks is not compared
         pairs = {seed: (*cmp.seed_hull(cmp.a_seeds, seed, x), *cmp.b_at(x, seed))
                  for seed in sorted(set(cmp.a_seeds) | set(cmp.b_seeds))}
@@ -429,9 +412,8 @@ def beats(view: TaskView, check: Beats, results_dir, recipe: str | None = None) 
                                  "no rows")], UNTESTED)  # nothing compared
     _require_one_b_point(check, b_pts)
     cmp = _Comparison.of(view, check, a_pts, b_pts)
-    budgets, left_out = budgets_compared(check, a_pts, b_pts)
-    items = _budget_items(cmp, budgets) if check.budgets else _point_items(cmp)
-    title = (check.title or f"{check.a.name} better than {check.b.name}") + (f" ({left_out})" if left_out else "")
+    items = _budget_items(cmp) if check.budgets else _point_items(cmp)
+    title = check.title or f"{check.a.name} better than {check.b.name}"
     return CheckResult(title, check.quantifier, items, combine([i.verdict for i in items], check.quantifier),
                        (check.a.name, check.b.name),
                        _point_keys(a_pts if check.budgets else a_pts[a_pts["frac"] <= check.max_cost], b_pts))
