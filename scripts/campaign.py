@@ -128,6 +128,19 @@ class Progress:
                 + (f"; {self.unknown} cannot be judged (run them to see why)" if self.unknown else ""))
 
 
+def expected_seconds(point: Point, measured: dict[str, float], trained: dict[str, float],
+                     share: float = 1.0) -> float | None:
+    """A pending command's expected seconds: its point's recorded wall time (else its rows' training time),
+    with the training part scaled to the ``share`` it has left when it resumes (:func:`resumed_share`); the
+    training part is the rows' training time where the rows have one, else the whole recorded time.  None
+    when neither is known."""
+    whole = measured.get(point_id(point), trained.get(point_id(point)))
+    if whole is None or share >= 1.0:
+        return whole
+    training = min(whole, trained.get(point_id(point), whole))
+    return whole - training * (1.0 - share)
+
+
 def ends_in_time(now: dt.datetime, stop: dt.datetime | None, estimate_s: float | None) -> bool:
     """Whether a command may start at ``now`` under ``--until`` (``stop``): not after the stop time, and not
     when its estimated wall time would carry it past the stop time.  A command with no recorded time starts
@@ -160,15 +173,16 @@ def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
                     row.unknown += 1
                 elif point_id(point) in measured or point_id(point) in trained:
                     left = share(seed, point)
-                    whole = measured.get(point_id(point), trained.get(point_id(point)))
+                    seconds = expected_seconds(point, measured, trained, left)
                     source = "recorded wall time" if point_id(point) in measured else "its rows' training time"
                     if point_id(point) in measured:
-                        row.left_estimate_s += whole * left
+                        row.left_estimate_s += seconds
                     else:
-                        row.left_trained_s += whole * left
+                        row.left_trained_s += seconds
                         row.left_trained += 1
-                    row.pending.append((line, whole * left, source + (
-                        f", scaled to the {left:.0%} of its steps left (it resumes)" if left < 1 else "")))
+                    row.pending.append((line, seconds, source + (
+                        f", its training scaled to the {left:.1%} of its steps left (it resumes)" if left < 1
+                        else "")))
                 else:
                     row.left_unmeasured += 1
                     guess = throughput(seed, point) if throughput is not None else None
@@ -369,7 +383,9 @@ def resumed_share(threads: dict[str, int], cache: Path = campaign_partials.CACHE
     import campaign_estimate
 
     def share(seed: int, point: Point) -> float:
-        if not (campaign_partials.shipped_for(point.task) or any((cache / point.task).glob("*/*.partial.pt"))):
+        method = next((o.split("=", 1)[1] for o in point.overrides if o.startswith("method=")), "*")
+        if not (any(p.parent.name == method for p in campaign_partials.shipped_for(point.task))
+                or any((cache / point.task / method).glob("*.partial.pt"))):
             return 1.0
         return campaign_estimate.share_left(seed, point, threads[point.task])
     return share
@@ -600,9 +616,8 @@ def run_one_at_a_time(plan: list[tuple[int, Point]], args: argparse.Namespace, t
         # the plan's order matters (a method fine-tunes the base before it), so the campaign stops at the
         # first command that does not fit rather than looking for a later one that does; under --fill it
         # skips that command (and the commands of its seed that load it, if it is a base) instead
-        estimate = expected.get(point_id(point), trained.get(point_id(point)))
-        if estimate is not None and stop is not None and share is not None:
-            estimate *= share(seed, point)
+        left = share(seed, point) if stop is not None and share is not None else 1.0
+        estimate = expected_seconds(point, expected, trained, left)
         now = dt.datetime.now(dt.timezone.utc)
         if pause is not None and now >= pause:
             print(f"[campaign] {args.pause_at} UTC reached: stopping before command {i}/{len(plan)}", flush=True)
@@ -611,7 +626,8 @@ def run_one_at_a_time(plan: list[tuple[int, Point]], args: argparse.Namespace, t
         if not fits:
             source = "recorded" if point_id(point) in expected else "of training in its rows"
             why = ("reached" if stop is not None and now >= stop else "no recorded time" if estimate is None
-                   else f"would be passed (about {estimate / 60:.0f} min {source})")
+                   else f"would be passed (about {estimate / 60:.0f} min {source}"
+                   + (f", {left:.1%} of its training left" if left < 1 else "") + ")")
             if args.fill and now < stop:
                 print(f"[campaign] --fill: {args.until} UTC {why}: skipping command {i}/{len(plan)}", flush=True)
                 if is_base(point):

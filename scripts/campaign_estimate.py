@@ -114,14 +114,17 @@ def stages_to_train(seed: int, point: Point, threads: int) -> list[tuple[str, in
 
 
 def share_left(seed: int, point: Point, threads: int) -> float:
-    """The share of a command's method steps still to train when one of its stages resumes part-way (from
-    the cache's checkpoint or a shipped one), else 1.0: what scales a wall time recorded for the whole command
-    (its evaluation and timing after training are scaled too, so the estimate errs short there)."""
+    """The share of its training a command has left when one of its stages resumes part-way (from the
+    cache's checkpoint or a shipped one), else 1.0: the steps left over the steps of the stages it trains
+    here (a stage cached or shipped finished, e.g. one another command shared, counts in neither, so the
+    share errs long where a recorded time did not cover it either).  A method's stages only: the dense base
+    counts only for the base's own command (``method=dense``), whose plan has nothing else."""
     from bench import protocol
 
     _, _, method, _ = build_command(seed, point, (f"threads={threads}",))
-    stages = [s for s in protocol.plan_status(method, protocol.plan(method)) if not s.base]
-    if not any(s.state.startswith("to train") and 0 < s.done < s.steps for s in stages):
+    status = protocol.plan_status(method, protocol.plan(method))
+    stages = [s for s in status if s.state.startswith("to train") and (not s.base or len(status) == 1)]
+    if not any(0 < s.done < s.steps for s in stages):
         return 1.0
     return sum(s.steps_left for s in stages) / sum(s.steps for s in stages)
 

@@ -170,8 +170,15 @@ def test_campaign_stops_before_a_command_that_would_run_past_until(tmp_path, mon
     campaign.record(times, 1, first, campaign.START)
     campaign.record_time(times, 1, first, 7200.0)
     args = ["--task", "parity", "--seeds", "0", "--until", until, "--times", str(times)]
+    monkeypatch.setattr(campaign, "resumed_share", lambda threads: lambda seed, point: 1.0)  # nothing resumes
     assert campaign.main(args) == 0 and ran == []
     assert "would be passed (about 120 min recorded): stopping before command 1/" in capsys.readouterr().out
+    # the same command resuming with a quarter of its training left fits in the hour
+    monkeypatch.setattr(campaign, "resumed_share", lambda threads: lambda seed, point: 0.25 if point == first else 1)
+    campaign.main(args)
+    assert ran and all(override in ran[0] for override in first.overrides)
+    assert "would be passed" not in capsys.readouterr().out
+    ran.clear()
     fresh = tmp_path / "none.tsv"
     monkeypatch.setattr(campaign, "usable_cpus", lambda: 1)  # e.g. under taskset -c 1
     campaign.main([*args[:-1], str(fresh)])  # no recorded times: every command starts (the loop runs them all)
@@ -717,29 +724,38 @@ def test_a_stage_that_resumes_from_its_checkpoint_counts_only_the_steps_left(tmp
 
 
 def test_a_resumed_command_is_expected_to_take_its_share_of_steps_left(tmp_path, monkeypatch):
-    from bench import checkpoints, protocol
+    import torch
+
+    from bench import artifacts, checkpoints, protocol
 
     campaign = _campaign()
     estimate = load_script("campaign_estimate")
-    monkeypatch.setattr(estimate, "ROOT", tmp_path)
+    monkeypatch.setattr(estimate, "ROOT", tmp_path)  # an empty cache ...
+    monkeypatch.setattr(artifacts, "ROOT", tmp_path / "artifacts")  # ... and nothing shipped
     point = campaign.Point("imagenet", ("method=acm", "acm.beta_target=0.4", "recipe=paper"))
     assert estimate.share_left(7, point, 1) == 1.0  # nothing resumes
     run, _, method, _ = estimate.build_command(7, point, ("threads=1",))
     stages = [p for p in protocol.plan(method).stages if p.steps]
-    _fake_partial(checkpoints.partial_path(run.stage_path(run.method, stages[-1].stage.name, stages[-1].key)), 30)
+    first, last = stages[0], stages[-1]
+    _fake_partial(checkpoints.partial_path(run.stage_path(run.method, last.stage.name, last.key)), 30)
     total = sum(p.steps for p in stages)
     assert estimate.share_left(7, point, 1) == pytest.approx((total - 30) / total)
-    # --status scales the command's recorded wall time by it, and says so
+    # a stage finished in the cache (e.g. shared with another point) counts neither as done nor as to train
+    torch.save({}, run.stage_path(run.method, first.stage.name, first.key))
+    assert estimate.share_left(7, point, 1) == pytest.approx((total - first.steps - 30) / (total - first.steps))
+    # --status scales the training part of the recorded wall time (the rows' training time) by it
     monkeypatch.setattr(campaign, "has_rows", lambda seed, p: False)
-    lines = campaign.status([(7, point)], {(campaign.point_id(point), 0): 6000.0}, {}, None, lambda seed, p: 0.25)
-    assert "0.4 h estimated from the same points' recorded wall time" in lines[0]
+    pid = campaign.point_id(point)
+    lines = campaign.status([(7, point)], {(pid, 0): 6000.0}, {pid: 4000.0}, None, lambda seed, p: 0.25)
+    assert "0.8 h estimated from the same points' recorded wall time" in lines[0]  # 6000 - 0.75 * 4000 s
     pending = lines[lines.index("pending commands (estimated time, from):") + 1:]
-    assert "25 min" in pending[0] and "scaled to the 25% of its steps left" in pending[0]
-    # the campaign asks only where the task has a resumable checkpoint
-    share = campaign.resumed_share({"imagenet": 1}, cache=tmp_path / "empty")
-    monkeypatch.setattr(campaign.campaign_partials, "shipped_for", lambda task: [])
+    assert "50 min" in pending[0] and "its training scaled to the 25.0% of its steps left" in pending[0]
+    assert campaign.expected_seconds(point, {pid: 6000.0}, {}, 0.25) == 1500.0  # no rows: all of it is training
+    assert campaign.expected_seconds(point, {}, {}, 0.25) is None
+    # the campaign builds a plan only where the point's method has a resumable checkpoint
     monkeypatch.setattr(estimate, "share_left", lambda *a: pytest.fail("built a plan with nothing to resume"))
-    assert share(7, point) == 1.0
+    _fake_partial(tmp_path / "cache" / "imagenet" / "cct" / "cct-x.partial.pt", 30)  # another method's
+    assert campaign.resumed_share({"imagenet": 1}, cache=tmp_path / "cache")(7, point) == 1.0
     _fake_partial(tmp_path / "cache" / "imagenet" / "acm" / "acm-x.partial.pt", 30)
     monkeypatch.setattr(estimate, "share_left", lambda seed, p, threads: 0.5)
     assert campaign.resumed_share({"imagenet": 1}, cache=tmp_path / "cache")(7, point) == 0.5
