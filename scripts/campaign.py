@@ -155,7 +155,8 @@ def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
     """Per task (in :data:`TASK_ORDER`) and seed, the progress of ``plan``; ``trained`` is
     :func:`row_train_times`, for the points the times file has not timed; ``throughput(seed, point)``
     (:func:`campaign_estimate.estimate`) estimates the rest from measured training throughput; ``share(seed,
-    point)`` (:func:`resumed_share`) scales a whole command's recorded time to the steps it has left."""
+    point)`` (:func:`resumed_share`) scales the training part of a resumed command's time
+    (:func:`expected_seconds`)."""
     measured = estimates(times)
     trained = trained or {}
     share = share or (lambda seed, point: 1.0)
@@ -378,13 +379,14 @@ def throughput_estimator(threads: dict[str, int]):
 
 
 def resumed_share(threads: dict[str, int], cache: Path = campaign_partials.CACHE):
-    """(seed, point) -> the share of the command's method steps left (:func:`campaign_estimate.share_left`)
-    where its task has a resumable checkpoint (shipped, or in ``cache``), else 1.0 without building its plan."""
+    """(seed, point) -> the share of the command's training left (:func:`campaign_estimate.share_left`) where
+    its method's folder has a resumable checkpoint (shipped, or in ``cache``), else 1.0 without building its
+    plan (also for a point that names no method)."""
     import campaign_estimate
 
     def share(seed: int, point: Point) -> float:
-        method = next((o.split("=", 1)[1] for o in point.overrides if o.startswith("method=")), "*")
-        if not (any(p.parent.name == method for p in campaign_partials.shipped_for(point.task))
+        method = next((o.split("=", 1)[1] for o in point.overrides if o.startswith("method=")), None)
+        if method is None or not (any(p.parent.name == method for p in campaign_partials.shipped_for(point.task))
                 or any((cache / point.task / method).glob("*.partial.pt"))):
             return 1.0
         return campaign_estimate.share_left(seed, point, threads[point.task])
@@ -591,15 +593,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs > 1:
         return run_parallel(plan, args.jobs, stop, times, {**trained, **expected}, ROOT / ".cache" / "campaign",
                             args.export_bases, args.commit)
-    return run_one_at_a_time(plan, args, times, train_threads, stop, expected, trained, resumed_share(train_threads))
+    return run_one_at_a_time(plan, args, times, train_threads, stop, expected, trained,
+                             resumed_share(train_threads))
 
 
 def run_one_at_a_time(plan: list[tuple[int, Point]], args: argparse.Namespace, times: Path,
                       train_threads: dict[str, int], stop: dt.datetime | None, expected: dict[str, float],
                       trained: dict[str, float], share=None) -> int:
     """The plan's commands in order, one at a time (:func:`run_in_foreground`), within ``--until`` (``stop``)
-    and ``--pause-at``; a command that resumes is expected to take its ``share(seed, point)`` of its recorded
-    time (:func:`resumed_share`); 1 if one failed, 130 when stopped or paused."""
+    and ``--pause-at``; a command that resumes is expected to take its recorded time less the training it
+    has done (:func:`expected_seconds` at ``share(seed, point)``, :func:`resumed_share`); 1 if one failed,
+    130 when stopped or paused."""
     pause = utc_clock(args.pause_at) if args.pause_at else None
     failed = 0
     shipper = BaseShipper(args.commit) if args.export_bases else None

@@ -116,15 +116,15 @@ def stages_to_train(seed: int, point: Point, threads: int) -> list[tuple[str, in
 def share_left(seed: int, point: Point, threads: int) -> float:
     """The share of its training a command has left when one of its stages resumes part-way (from the
     cache's checkpoint or a shipped one), else 1.0: the steps left over the steps of the stages it trains
-    here (a stage cached or shipped finished, e.g. one another command shared, counts in neither, so the
-    share errs long where a recorded time did not cover it either).  A method's stages only: the dense base
-    counts only for the base's own command (``method=dense``), whose plan has nothing else."""
+    here.  A stage cached or shipped finished (e.g. one another command shared) counts in neither: exact
+    where the recorded time did not train it either, long where it did.  A method's stages only: the dense
+    base counts only for the base's own command (``method=dense``), whose plan has nothing else."""
     from bench import protocol
 
     _, _, method, _ = build_command(seed, point, (f"threads={threads}",))
     status = protocol.plan_status(method, protocol.plan(method))
     stages = [s for s in status if s.state.startswith("to train") and (not s.base or len(status) == 1)]
-    if not any(0 < s.done < s.steps for s in stages):
+    if not any(s.done > 0 for s in stages):  # a checkpoint may hold the last step (saved before a pause)
         return 1.0
     return sum(s.steps_left for s in stages) / sum(s.steps for s in stages)
 

@@ -756,9 +756,32 @@ def test_a_resumed_command_is_expected_to_take_its_share_of_steps_left(tmp_path,
     monkeypatch.setattr(estimate, "share_left", lambda *a: pytest.fail("built a plan with nothing to resume"))
     _fake_partial(tmp_path / "cache" / "imagenet" / "cct" / "cct-x.partial.pt", 30)  # another method's
     assert campaign.resumed_share({"imagenet": 1}, cache=tmp_path / "cache")(7, point) == 1.0
-    _fake_partial(tmp_path / "cache" / "imagenet" / "acm" / "acm-x.partial.pt", 30)
+    _fake_partial(tmp_path / "artifacts" / "imagenet" / "cct" / "cct-x.partial.pt", 30)  # shipped, another's
+    assert campaign.resumed_share({"imagenet": 1}, cache=tmp_path / "cache")(7, point) == 1.0
     monkeypatch.setattr(estimate, "share_left", lambda seed, p, threads: 0.5)
+    _fake_partial(tmp_path / "artifacts" / "imagenet" / "acm" / "acm-x.partial.pt", 30)  # shipped, its own
     assert campaign.resumed_share({"imagenet": 1}, cache=tmp_path / "cache")(7, point) == 0.5
+    _fake_partial(tmp_path / "cache" / "imagenet" / "acm" / "acm-x.partial.pt", 30)  # in the cache
+    (tmp_path / "artifacts" / "imagenet" / "acm" / "acm-x.partial.pt").unlink()
+    assert campaign.resumed_share({"imagenet": 1}, cache=tmp_path / "cache")(7, point) == 0.5
+
+
+def test_a_paused_dense_base_counts_its_own_steps_left(tmp_path, monkeypatch):
+    from bench import artifacts, checkpoints, protocol
+
+    campaign = _campaign()
+    estimate = load_script("campaign_estimate")
+    monkeypatch.setattr(estimate, "ROOT", tmp_path)
+    monkeypatch.setattr(artifacts, "ROOT", tmp_path / "artifacts")  # the shipped parity base does not count
+    point = campaign.Point("parity", ("method=dense",))
+    run, task, method, _ = estimate.build_command(0, point, ("threads=1",))
+    [base] = protocol.plan_status(method, protocol.plan(method))
+    assert base.base and estimate.share_left(0, point, 1) == 1.0
+    path = checkpoints.partial_path(run.stage_path("dense", base.name, protocol.plan(method).parent_key))
+    _fake_partial(path, base.steps // 4)
+    assert estimate.share_left(0, point, 1) == pytest.approx(0.75)
+    _fake_partial(path, base.steps)  # saved at its last step, before a pause: nothing left to train
+    assert estimate.share_left(0, point, 1) == 0.0
 
 
 def test_status_lists_every_pending_command_with_its_estimate(monkeypatch):
