@@ -79,6 +79,9 @@ def estimates(times: dict[tuple[str, int], float]) -> dict[str, float]:
 # The commit from which a row's train_time_s leaves out the dense base a static size's run loads as its
 # timing reference (bench/runner.py); rows made by earlier code count it.
 OWN_TRAIN_TIME = "125457b6ed4fe8180106c22fe1d586ae295f3294"
+# The row schema from which a method's train_time_s is its own stages' time (bench/results.py, schema 6:
+# the base a method fine-tunes is in base_train_time_s); a method trained from scratch has no base to take off.
+OWN_TIME_SCHEMA = 6
 
 
 def descends(ancestor: str, sha: str, root: Path = ROOT) -> bool | None:
@@ -100,8 +103,10 @@ def row_train_times(results_dirs=(ROOT / "results", ROOT / "results" / "curves")
 
     A row's ``train_time_s`` counts the stages its model is made of, cached ones included, so a row
     estimates its point by what its own command trained:
-    * a method's rows count the base it fine-tunes, trained by an earlier command: the same seed's base
-      time is taken off (no base row for the seed: skipped).  A method point that only evaluates another
+    * a method's rows made before schema :data:`OWN_TIME_SCHEMA` count the base it fine-tunes, trained by an
+      earlier command: the same seed's base time is taken off (no base row for the seed: skipped); later
+      rows count the method's own stages only (and a method trained from scratch never had a base to take
+      off), so their time is taken as it is.  A method point that only evaluates another
       point's trained stages differently (DAT's thresholds, CCT's pairs) shows that point's training time
       and is estimated by it: its command trains them when they are not cached (the point that trains them
       skipped by ``--fill``, or ``.cache`` gone with an earlier machine), an overestimate when they are;
@@ -127,7 +132,13 @@ def row_train_times(results_dirs=(ROOT / "results", ROOT / "results" / "curves")
                                                                    dense["train_time_s"]) if point in bases}
     out: dict[str, float] = {}
     methods = made[made["method"] != "dense"]
-    for point, task, seed, seconds in zip(*(methods[c] for c in ("point", "task", "seed_arg", "train_time_s"))):
+    schema = methods["schema_version"].fillna(0) if "schema_version" in methods else pd.Series(0, methods.index)
+    for point, task, seed, seconds, version in zip(*(methods[c] for c in ("point", "task", "seed_arg",
+                                                                          "train_time_s")), schema):
+        if version >= OWN_TIME_SCHEMA:
+            if seconds > 0:
+                out[point] = max(float(seconds), out.get(point, 0.0))
+            continue
         base = base_time.get((task, seed))
         if base is not None and seconds > base:
             out[point] = max(float(seconds - base), out.get(point, 0.0))

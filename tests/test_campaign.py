@@ -302,8 +302,9 @@ def test_fill_needs_until(capsys):
 
 def test_points_the_times_file_has_not_timed_are_estimated_by_their_rows(tmp_path, monkeypatch, capsys):
     """A point the times file lacks is estimated by its rows' training time (the longest seed); a timed
-    static size's row made before OWN_TRAIN_TIME counted the base its run loaded, and a method's row counts
-    the base it fine-tunes, so the same seed's base time is taken off.  Rows whose command trained nothing
+    static size's row made before OWN_TRAIN_TIME counted the base its run loaded, and a method's row of an
+    older schema counts the base it fine-tunes, so the same seed's base time is taken off (a newer method
+    row counts its own stages only: nothing is).  Rows whose command trained nothing
     of its own estimate nothing: a dense point's that reused its seed's base, a method's whose seed has no
     base row.  A method point that reused another point's stages (the same training time) is estimated as
     training them: its command does when they are not cached.  The estimate applies under ``--until``."""
@@ -329,10 +330,13 @@ def test_points_the_times_file_has_not_timed_are_estimated_by_their_rows(tmp_pat
             (untimed, 0, 400.0, "old"), (method, 0, 1200.0, "old"), (own_base, 0, 50.0, "old"),
             (evaluated, 1, 300.0, "old"), (later, 0, 40.0, "new"), (unplaced, 0, 900.0, "unknown"),
             (reused, 0, 1200.0, "old"), (method, 1, 1000.0, "old"), (baseless, 2, 500.0, "old")]
+    own = campaign.Point("parity", ("method=act", "dense.depth=5"))  # a newer row: its own stages' time
+    made.append((own, 0, 700.0, "new"))
     for i, (point, seed, seconds, sha) in enumerate(made):
         row = blank_row(method=point.overrides[0][7:], task="parity", seed=seed, git_sha=sha, train_time_s=seconds,
                         latency_b1_ms=math.nan if point is untimed else 1.0, timestamp=f"2026-01-01T00:00:{i:02d}Z",
-                        command=" ".join(campaign.command(seed, point)))  # as bench/cli.py writes it
+                        command=" ".join(campaign.command(seed, point)),  # as bench/cli.py writes it
+                        schema_version=results.SCHEMA_VERSION if point is own else 5)
         results.append(tmp_path, row, f"r{i}")
     times_module = sys.modules[campaign.row_train_times.__module__]  # scripts/campaign_times.py
     monkeypatch.setattr(times_module, "descends", lambda ancestor, sha: {"new": True, "old": False}.get(sha))
@@ -341,7 +345,8 @@ def test_points_the_times_file_has_not_timed_are_estimated_by_their_rows(tmp_pat
                        campaign.point_id(untimed): 400.0, campaign.point_id(own_base): 50.0,
                        campaign.point_id(later): 40.0,  # since OWN_TRAIN_TIME: nothing taken off
                        campaign.point_id(method): 1100.0,  # seed 0: 1200 - 100; seed 1: 1000 - 300
-                       campaign.point_id(reused): 1100.0}
+                       campaign.point_id(reused): 1100.0,
+                       campaign.point_id(own): 700.0}  # nothing taken off
 
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
     first = campaign.progress([(2, static), (2, baseless)], {}, trained)[0]
