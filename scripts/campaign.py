@@ -175,12 +175,13 @@ def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
                 elif point_id(point) in measured or point_id(point) in trained:
                     left = share(seed, point)
                     seconds = expected_seconds(point, measured, trained, left)
-                    source = "recorded wall time" if point_id(point) in measured else "its rows' training time"
-                    if point_id(point) in measured:
+                    timed = point_id(point) in measured
+                    if timed:
                         row.left_estimate_s += seconds
                     else:
                         row.left_trained_s += seconds
                         row.left_trained += 1
+                    source = "recorded wall time" if timed else "its rows' training time"
                     row.pending.append((line, seconds, source + (
                         f", its training scaled to the {left:.1%} of its steps left (it resumes)" if left < 1
                         else "")))
@@ -385,7 +386,7 @@ def resumed_share(threads: dict[str, int], cache: Path = campaign_partials.CACHE
     import campaign_estimate
 
     def share(seed: int, point: Point) -> float:
-        method = next((o.split("=", 1)[1] for o in point.overrides if o.startswith("method=")), None)
+        method = point.method
         if method is None or not (any(p.parent.name == method for p in campaign_partials.shipped_for(point.task))
                 or any((cache / point.task / method).glob("*.partial.pt"))):
             return 1.0

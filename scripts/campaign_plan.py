@@ -24,6 +24,11 @@ class Point:
     task: str
     overrides: tuple[str, ...]
 
+    @property
+    def method(self) -> str | None:
+        """The method its ``method=`` override names (None without one)."""
+        return next((o.split("=", 1)[1] for o in self.overrides if o.startswith("method=")), None)
+
 
 def _p(task: str, *overrides: str) -> Point:
     return Point(task, overrides)

@@ -135,13 +135,13 @@ def row_train_times(results_dirs=(ROOT / "results", ROOT / "results" / "curves")
     schema = methods["schema_version"].fillna(0) if "schema_version" in methods else pd.Series(0, methods.index)
     for point, task, seed, seconds, version in zip(*(methods[c] for c in ("point", "task", "seed_arg",
                                                                           "train_time_s")), schema):
-        if version >= OWN_TIME_SCHEMA:
-            if seconds > 0:
-                out[point] = max(float(seconds), out.get(point, 0.0))
-            continue
-        base = base_time.get((task, seed))
-        if base is not None and seconds > base:
-            out[point] = max(float(seconds - base), out.get(point, 0.0))
+        if version < OWN_TIME_SCHEMA:  # the row counts the base it fine-tunes
+            base = base_time.get((task, seed))
+            if base is None:
+                continue
+            seconds -= base
+        if seconds > 0:
+            out[point] = max(float(seconds), out.get(point, 0.0))
     since_own = {sha: descends(OWN_TRAIN_TIME, sha) for sha in set(dense["git_sha"])}
     columns = ("point", "task", "seed_arg", "train_time_s", "git_sha", "latency_b1_ms")
     for point, task, seed, seconds, sha, latency in zip(*(dense[c] for c in columns)):
