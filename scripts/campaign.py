@@ -419,11 +419,13 @@ def run_settings(threads: int, train_threads: int) -> tuple[str, ...]:
 
 
 def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | None, times: Path,
-                 expected: dict[str, float], log_dir: Path, export_bases: bool = False, commit: bool = False) -> int:
+                 expected: dict[str, float], log_dir: Path, export_bases: bool = False, commit: bool = False,
+                 trained: dict[str, float] | None = None, share=None) -> int:
     """Run the plan's pending commands ``jobs`` at a time, each on its share of the CPUs (``threads``, not
     part of a row's identity), dense bases first (their seed's methods wait for them), then a command that
     trains a missing base on its way, the rest in plan order;
-    a command that would not end before ``stop`` is skipped.  Each command's output goes to its own log in
+    a command that would not end before ``stop`` is skipped (its time: :func:`expected_seconds` from the
+    recorded times ``expected`` and the rows' ``trained``, at ``share(seed, point)`` where it resumes).  Each command's output goes to its own log in
     ``log_dir``.  Timings taken while another training runs are not quiet: the rows record the load, and the
     report marks them."""
     threads = max(1, usable_cpus() // jobs)
@@ -445,7 +447,8 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
                 i, seed, point = item = startable[0]
                 waiting.remove(item)
                 now = dt.datetime.now(dt.timezone.utc)
-                if not ends_in_time(now, stop, expected.get(point_id(point))):
+                left = share(seed, point) if share is not None and stop is not None else 1.0
+                if not ends_in_time(now, stop, expected_seconds(point, expected, trained or {}, left)):
                     print(f"[campaign] skipping command {i}/{len(plan)}: it would not end by the stop time",
                           flush=True)
                     continue
@@ -592,8 +595,10 @@ def main(argv: list[str] | None = None) -> int:
     expected = estimates(read_times(times, args.nproc))
     trained = row_train_times() if stop else {}  # reads every row: only --until needs it
     if args.jobs > 1:
-        return run_parallel(plan, args.jobs, stop, times, {**trained, **expected}, ROOT / ".cache" / "campaign",
-                            args.export_bases, args.commit)
+        threads = max(1, usable_cpus() // args.jobs)
+        return run_parallel(plan, args.jobs, stop, times, expected, ROOT / ".cache" / "campaign",
+                            args.export_bases, args.commit, trained,
+                            resumed_share({task: threads for task in train_threads}))
     return run_one_at_a_time(plan, args, times, train_threads, stop, expected, trained,
                              resumed_share(train_threads))
 

@@ -478,6 +478,37 @@ def test_parallel_campaign_starts_bases_first_and_runs_a_base_once(tmp_path, mon
     assert times.count("start\t") == 5 and len(times.splitlines()) == 10
 
 
+def test_parallel_campaign_expects_a_resumed_command_to_take_its_share_left(tmp_path, monkeypatch, capsys):
+    """--jobs 2 --until: a command recorded at 2 h does not start with an hour left, unless it resumes with a
+    quarter of its training left (its rows say the 2 h were all training)."""
+    import datetime as dt
+
+    campaign = _campaign()
+    static = campaign.Point("parity", ("method=dense", "dense.depth=2"))
+    started = []
+
+    class Process:
+        def __init__(self, line, **kwargs):
+            self.line, self.returncode = line, 0
+            started.append(line)
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
+    monkeypatch.setattr(campaign.subprocess, "Popen", Process)
+    monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(campaign.time, "sleep", lambda s: None)
+    stop = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+    recorded = {campaign.point_id(static): 7200.0}
+    for left, runs in ((1.0, False), (0.25, True)):
+        started.clear()
+        assert campaign.run_parallel([(0, static)], 2, stop, tmp_path / "times.tsv", recorded, tmp_path / "logs",
+                                     trained=recorded, share=lambda seed, point: left) == 0
+        assert bool(started) == runs
+        assert ("it would not end by the stop time" in capsys.readouterr().out) != runs
+
+
 def test_export_new_base_ships_what_this_machine_trained(tmp_path, monkeypatch):
     """--export-bases: a base trained here and not shipped is exported (with its canonical command); a
     shipped or untrained one is not, nor one that would take the shipped weights past the limit."""
