@@ -304,25 +304,33 @@ class StageStatus:
         return self.steps - self.done if self.state.startswith("to train") else 0
 
 
-def plan_status(method: "Method", the_plan: Plan) -> list[StageStatus]:
-    """The dense base (when ``the_plan`` starts from it) and every stage of it with steps, each with its state."""
+def plan_status(method: "Method", the_plan: Plan, reference: bool = False) -> list[StageStatus]:
+    """The dense base (first when ``the_plan`` starts from it; last when the run loads it after training only
+    as the reference it times or counts the model against, ``reference``) and every stage of it with steps,
+    each with its state."""
     run, task = method.run, method.task
-    out = []
-    if the_plan.starts_from == "base":
-        status = _stage_status(run, "dense", base_stage_name(), the_plan.parent_key)
-        out.append(StageStatus(True, base_stage_name(), int(task.base_budget()["steps"]), *status))
+
+    def base(key: Any) -> StageStatus:
+        return StageStatus(True, base_stage_name(), int(task.base_budget()["steps"]),
+                           *_stage_status(run, "dense", base_stage_name(), key))
+
+    out = [base(the_plan.parent_key)] if the_plan.starts_from == "base" else []
     for planned in the_plan.stages:
         if planned.steps:
             status = _stage_status(run, run.method, planned.stage.name, planned.key)
             out.append(StageStatus(False, planned.stage.name, int(planned.steps), *status))
+    if reference and the_plan.starts_from != "base":
+        out.append(base(run.base_key(task)))
     return out
 
 
-def describe_plan(method: "Method", the_plan: Plan) -> tuple[str, int]:
-    """One line naming what the run loads and trains (the base and each stage: cached, shipped or its steps),
-    and the number of optimizer steps still to train."""
-    stages = plan_status(method, the_plan)
-    parts = [f"{'dense base' if s.base else s.name} {s.steps} steps ({s.state})" for s in stages]
+def describe_plan(method: "Method", the_plan: Plan, reference: bool = False) -> tuple[str, int]:
+    """One line naming what the run loads and trains (the base and each stage: cached, shipped or its steps;
+    ``reference``: :func:`plan_status`), and the number of optimizer steps still to train."""
+    stages = plan_status(method, the_plan, reference)
+    names = {True: "dense base", False: "dense base (the reference it is timed or counted against)"}
+    parts = [f"{names[the_plan.starts_from == 'base'] if s.base else s.name} {s.steps} steps ({s.state})"
+             for s in stages]
     return ", then ".join(parts) or "nothing to train", sum(s.steps_left for s in stages)
 
 

@@ -220,11 +220,17 @@ def base_step_s(task: Task, batch_size: int, device: str, steps: int = 5) -> flo
     return float(sorted(times[2:])[len(times[2:]) // 2])
 
 
+def loads_dense_base(task: Task, cfg: Any) -> bool:
+    """Whether a run loads the task's trained dense base after training, whatever its method starts from: to
+    time the model beside it, or as the counted reference of a task whose cost depends on the outputs."""
+    return bool(cfg.timing) or type(task).reference_model is not Task.reference_model
+
+
 def plan_line(method: Method, task: Task, cfg: Any) -> str:
     """The run's plan in one line: what is cached, shipped or trained, and the training time estimated from
     the base model's step time measured now."""
     the_plan = protocol.plan(method)
-    text, steps = protocol.describe_plan(method, the_plan)
+    text, steps = protocol.describe_plan(method, the_plan, loads_dense_base(task, cfg))
     if steps:
         threads = method.run.train_threads
         with cpu_threads(threads):  # measured as the stages will train
@@ -264,7 +270,7 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
     if world > 1:
         # Every rank trains what rank 0 will load below (the dense base for timing, a trained reference),
         # then rank 0 goes on alone as one process and the others are done.
-        if cfg.timing or type(task).reference_model is not Task.reference_model:
+        if loads_dense_base(task, cfg):
             run_ctx.base_model(task)
         main = distributed.is_main()
         distributed.barrier()

@@ -151,16 +151,27 @@ def ends_in_time(now: dt.datetime, stop: dt.datetime | None, estimate_s: float |
 
 
 def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
-             trained: dict[str, float] | None = None, throughput=None, share=None) -> list[Progress]:
+             trained: dict[str, float] | None = None, throughput=None, share=None,
+             has_base=None) -> list[Progress]:
     """Per task (in :data:`TASK_ORDER`) and seed, the progress of ``plan``; ``trained`` is
     :func:`row_train_times`, for the points the times file has not timed; ``throughput(seed, point)``
     (:func:`campaign_estimate.estimate`) estimates the rest from measured training throughput; ``share(seed,
     point)`` (:func:`resumed_share`) scales the training part of a resumed command's time
-    (:func:`expected_seconds`)."""
+    (:func:`expected_seconds`); where ``has_base(seed, task)`` (:func:`base_trained`) says a seed's dense base
+    is neither cached nor shipped, its first pending command that loads it is charged the base's own time."""
     measured = estimates(times)
     trained = trained or {}
     share = share or (lambda seed, point: 1.0)
     base_counted: set[tuple[str, int]] = set()  # the first pending command of a seed trains its base
+
+    def base_first(seed: int, point: Point) -> float:
+        """Seconds of the seed's dense base that a timed command of ``point`` trains first (once per seed)."""
+        if has_base is None or (point.task, seed) in base_counted or not starts_from_base(point):
+            return 0.0
+        base_counted.add((point.task, seed))
+        if has_base(seed, point.task):
+            return 0.0
+        return expected_seconds(PLAN[point.task][0], measured, trained) or 0.0
     out = []
     for task in [t for t in TASK_ORDER if any(point.task == t for _, point in plan)]:
         for seed in sorted({s for s, point in plan if point.task == task}):
@@ -173,8 +184,11 @@ def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
                 elif done is None:
                     row.unknown += 1
                 elif point_id(point) in measured or point_id(point) in trained:
+                    if is_base(point):  # its own time trains the base
+                        base_counted.add((task, seed))
                     left = share(seed, point)
-                    seconds = expected_seconds(point, measured, trained, left)
+                    base_s = base_first(seed, point)
+                    seconds = expected_seconds(point, measured, trained, left) + base_s
                     timed = point_id(point) in measured
                     if timed:
                         row.left_estimate_s += seconds
@@ -184,7 +198,8 @@ def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
                     source = "recorded wall time" if timed else "its rows' training time"
                     row.pending.append((line, seconds, source + (
                         f", its training scaled to the {left:.1%} of its steps left (it resumes)" if left < 1
-                        else "")))
+                        else "") + (f", and {base_s / 60:.0f} min for its seed's dense base, which it trains "
+                                    "first (neither cached nor shipped)" if base_s else "")))
                 else:
                     row.left_unmeasured += 1
                     guess = throughput(seed, point) if throughput is not None else None
@@ -205,10 +220,10 @@ def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
 
 
 def status(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
-           trained: dict[str, float] | None = None, throughput=None, share=None) -> list[str]:
+           trained: dict[str, float] | None = None, throughput=None, share=None, has_base=None) -> list[str]:
     """The lines ``--status`` prints: :func:`progress` per task and seed, the totals, then every pending
     command with its estimate and where the estimate comes from."""
-    rows = progress(plan, times, trained, throughput, share)
+    rows = progress(plan, times, trained, throughput, share, has_base)
     lines = [r.line() for r in rows] + [
         f"total: {sum(r.done for r in rows)}/{len(plan)} commands have rows; left: "
         f"{sum(r.left_estimate_s for r in rows) / 3600:.1f} h estimated (wall time of the campaign's commands "
@@ -425,7 +440,8 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
     part of a row's identity), dense bases first (their seed's methods wait for them), then a command that
     trains a missing base on its way, the rest in plan order;
     a command that would not end before ``stop`` is skipped (its time: :func:`expected_seconds` from the
-    recorded times ``expected`` and the rows' ``trained``, at ``share(seed, point)`` where it resumes).  Each command's output goes to its own log in
+    recorded times ``expected`` and the rows' ``trained``, at ``share(seed, point)`` where it resumes, and
+    its seed's dense base's where it trains that first).  Each command's output goes to its own log in
     ``log_dir``.  Timings taken while another training runs are not quiet: the rows record the load, and the
     report marks them."""
     threads = max(1, usable_cpus() // jobs)
@@ -448,7 +464,10 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
                 waiting.remove(item)
                 now = dt.datetime.now(dt.timezone.utc)
                 left = share(seed, point) if share is not None and stop is not None else 1.0
-                if not ends_in_time(now, stop, expected_seconds(point, expected, trained or {}, left)):
+                estimate = expected_seconds(point, expected, trained or {}, left)
+                if estimate is not None and not trained_bases.get((point.task, seed), True):  # it trains the base
+                    estimate += expected_seconds(PLAN[point.task][0], expected, trained or {}) or 0.0
+                if not ends_in_time(now, stop, estimate):
                     print(f"[campaign] skipping command {i}/{len(plan)}: it would not end by the stop time",
                           flush=True)
                     continue
@@ -585,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
                                      1 if args.nproc > 1 else args.train_threads)
     if args.status:
         print("\n".join(status(plan, read_times(times, args.nproc), row_train_times(), throughput_estimator(train_threads),
-                               resumed_share(train_threads))))
+                               resumed_share(train_threads), base_trained)))
         return 0
     if args.list:
         print("\n".join(shlex.join(command(seed, point)) for seed, point in plan))
@@ -628,6 +647,10 @@ def run_one_at_a_time(plan: list[tuple[int, Point]], args: argparse.Namespace, t
         # skips that command (and the commands of its seed that load it, if it is a base) instead
         left = share(seed, point) if stop is not None and share is not None else 1.0
         estimate = expected_seconds(point, expected, trained, left)
+        base_s = (expected_seconds(PLAN[point.task][0], expected, trained) or 0.0
+                  if estimate is not None and stop is not None and starts_from_base(point)
+                  and not base_trained(seed, point.task) else 0.0)  # it trains its seed's dense base first
+        estimate = estimate + base_s if estimate is not None else None
         now = dt.datetime.now(dt.timezone.utc)
         if pause is not None and now >= pause:
             print(f"[campaign] {args.pause_at} UTC reached: stopping before command {i}/{len(plan)}", flush=True)
@@ -637,7 +660,8 @@ def run_one_at_a_time(plan: list[tuple[int, Point]], args: argparse.Namespace, t
             source = "recorded" if point_id(point) in expected else "of training in its rows"
             why = ("reached" if stop is not None and now >= stop else "no recorded time" if estimate is None
                    else f"would be passed (about {estimate / 60:.0f} min {source}"
-                   + (f", {left:.1%} of its training left" if left < 1 else "") + ")")
+                   + (f", {left:.1%} of its training left" if left < 1 else "")
+                   + (f", {base_s / 60:.0f} min of them its seed's dense base" if base_s else "") + ")")
             if args.fill and now < stop:
                 print(f"[campaign] --fill: {args.until} UTC {why}: skipping command {i}/{len(plan)}", flush=True)
                 if is_base(point):

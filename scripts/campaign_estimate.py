@@ -106,11 +106,20 @@ def stages_to_train(seed: int, point: Point, threads: int) -> list[tuple[str, in
     """("<method>:<stage>", steps) of every stage a command of ``point`` would train on this machine (the
     dense base first when it is neither cached nor shipped): the steps still to train, so a stage that resumes
     from a checkpoint (the cache's own or a shipped one) counts from the step it resumes at."""
-    from bench import protocol
-
-    _, _, method, method_name = build_command(seed, point, (f"threads={threads}",))
+    method_name, stages = command_stages(seed, point, threads)
     return [("dense:base" if s.base else f"{method_name}:{s.name}", s.steps_left)
-            for s in protocol.plan_status(method, protocol.plan(method)) if s.state.startswith("to train")]
+            for s in stages if s.state.startswith("to train")]
+
+
+def command_stages(seed: int, point: Point, threads: int):
+    """The method's name and :func:`bench.protocol.plan_status` of a command of ``point`` at ``seed``: its
+    stages, with the dense
+    base first where it starts from it, or last where it loads the base only to time or count against it
+    (:func:`bench.runner.loads_dense_base`)."""
+    from bench import protocol, runner
+
+    run, task, method, method_name = build_command(seed, point, (f"threads={threads}",))
+    return method_name, protocol.plan_status(method, protocol.plan(method), runner.loads_dense_base(task, run.cfg))
 
 
 def share_left(seed: int, point: Point, threads: int) -> float:
@@ -119,10 +128,7 @@ def share_left(seed: int, point: Point, threads: int) -> float:
     here.  A stage cached or shipped finished (e.g. one another command shared) counts in neither: exact
     where the recorded time did not train it either, long where it did.  A method's stages only: the dense
     base counts only for the base's own command (``method=dense``), whose plan has nothing else."""
-    from bench import protocol
-
-    _, _, method, _ = build_command(seed, point, (f"threads={threads}",))
-    status = protocol.plan_status(method, protocol.plan(method))
+    _, status = command_stages(seed, point, threads)
     stages = [s for s in status if s.state.startswith("to train") and (not s.base or len(status) == 1)]
     if not any(s.done > 0 for s in stages):  # a checkpoint may hold the last step (saved before a pause)
         return 1.0

@@ -118,6 +118,27 @@ def test_the_plan_line_names_shipped_cached_and_untrained_stages(tmp_path, shipp
     assert text.startswith("dense base 15 steps (cached)")
 
 
+def test_a_method_from_scratch_lists_the_base_it_is_timed_against_last(tmp_path, shipped):
+    """ACT trains from scratch, but its run loads the dense base after training to time it beside the model:
+    the plan line names that base last (shipped or to train); untimed, the run does not load it."""
+    from bench import protocol
+
+    def plan_of(cache: str, *extra: str) -> tuple[str, str]:
+        cfg = config.compose(["method=act", *_args(tmp_path, cache, *extra)])
+        _, task, method = runner.build(cfg, "act", "parity")
+        assert protocol.plan(method).starts_from == "scratch"
+        return protocol.describe_plan(method, protocol.plan(method), runner.loads_dense_base(task, cfg))[0], \
+            runner.plan_line(method, task, cfg)
+
+    reference = "then dense base (the reference it is timed or counted against) 15 steps"
+    text, line = plan_of("e")
+    assert text.endswith(f"{reference} (shipped)") and not text.startswith("dense base") and reference in line
+    text, _ = plan_of("f", "shipped=false")
+    assert text.endswith(f"{reference} (to train)")
+    text, line = plan_of("g", "timing=false")
+    assert "dense base" not in text and "dense base" not in line
+
+
 def test_imagenet_seed_0_base_is_shipped():
     assert any(json.loads(p.read_text())["overrides"][:2] == ["task=imagenet", "seed=0"] for p in SHIPPED)
 

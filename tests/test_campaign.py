@@ -224,6 +224,7 @@ def test_fill_skips_what_does_not_fit_and_what_starts_from_a_skipped_base(tmp_pa
     monkeypatch.setattr(campaign, "run_in_foreground", lambda line, *_: ran.append(line) or 0)
     monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
     monkeypatch.setattr(campaign, "training_threads", lambda tasks, asked: {task: 1 for task in tasks})
+    monkeypatch.setattr(campaign, "base_trained", lambda seed, task: True)  # each base is cached, or its command runs
     until = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)).strftime("%H:%M")
     assert campaign.main(["--until", until, "--fill", "--times", str(times)]) == 0
     # seed 1's method and timed static size load the skipped base; its untimed from-scratch point does not
@@ -243,6 +244,14 @@ def test_fill_skips_what_does_not_fit_and_what_starts_from_a_skipped_base(tmp_pa
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
     assert campaign.main(["--until", until, "--times", str(times)]) == 0 and ran == []
     assert "stopping before command 1/8" in capsys.readouterr().out
+
+    ran.clear()  # seed 2's base has rows but is neither cached nor shipped: its method trains it first (2 h)
+    monkeypatch.setattr(campaign, "base_trained", lambda seed, task: seed != 2)
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: point == base or seed == 0)
+    assert campaign.main(["--until", until, "--fill", "--times", str(times)]) == 0
+    assert [line[-1] for line in ran] == ["seed=1"] * 3
+    assert ("would be passed (about 121 min recorded, 120 min of them its seed's dense base): skipping command 8/8"
+            in capsys.readouterr().out)
 
 
 def test_fill_stops_once_the_stop_time_has_come(tmp_path, monkeypatch, capsys):
@@ -358,6 +367,7 @@ def test_points_the_times_file_has_not_timed_are_estimated_by_their_rows(tmp_pat
     monkeypatch.setattr(campaign, "row_train_times", lambda: trained)
     monkeypatch.setattr(campaign, "planned", lambda seeds, tasks: [(2, static), (2, baseless)])
     monkeypatch.setattr(campaign, "run_in_foreground", lambda line, *_: ran.append(line) or 0)
+    monkeypatch.setattr(campaign, "base_trained", lambda seed, task: True)
     until = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=9)).strftime("%H:%M")
     assert campaign.main(["--until", until, "--times", str(tmp_path / "none.tsv")]) == 0 and ran == []
     assert "would be passed (about 10 min of training in its rows): stopping before command 1/2" in \
@@ -480,7 +490,7 @@ def test_parallel_campaign_starts_bases_first_and_runs_a_base_once(tmp_path, mon
 
 def test_parallel_campaign_expects_a_resumed_command_to_take_its_share_left(tmp_path, monkeypatch, capsys):
     """--jobs 2 --until: a command recorded at 2 h does not start with an hour left, unless it resumes with a
-    quarter of its training left (its rows say the 2 h were all training)."""
+    quarter of its training left (its rows say the 2 h were all training) and its seed's base is here."""
     import datetime as dt
 
     campaign = _campaign()
@@ -500,8 +510,10 @@ def test_parallel_campaign_expects_a_resumed_command_to_take_its_share_left(tmp_
     monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
     monkeypatch.setattr(campaign.time, "sleep", lambda s: None)
     stop = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
-    recorded = {campaign.point_id(static): 7200.0}
-    for left, runs in ((1.0, False), (0.25, True)):
+    recorded = {campaign.point_id(static): 7200.0, campaign.point_id(campaign.PLAN["parity"][0]): 3600.0}
+    for left, has_base, runs in ((1.0, True, False), (0.25, True, True), (0.25, False, False)):
+        # without its seed's dense base here, the command trains it first (an hour more)
+        monkeypatch.setattr(campaign, "base_trained", lambda seed, task: has_base)
         started.clear()
         assert campaign.run_parallel([(0, static)], 2, stop, tmp_path / "times.tsv", recorded, tmp_path / "logs",
                                      trained=recorded, share=lambda seed, point: left) == 0
@@ -818,6 +830,26 @@ def test_a_paused_dense_base_counts_its_own_steps_left(tmp_path, monkeypatch):
     assert estimate.share_left(0, point, 1) == pytest.approx(0.75)
     _fake_partial(path, base.steps)  # saved at its last step, before a pause: nothing left to train
     assert estimate.share_left(0, point, 1) == 0.0
+
+
+def test_a_seed_whose_base_is_missing_charges_the_base_to_its_first_command(monkeypatch):
+    """--status: where a seed's dense base has its rows but is neither cached nor shipped here, the first
+    pending command that loads it is charged the base's own recorded time, once per seed; a cached base adds
+    nothing, and a pending base command counts it in its own time."""
+    campaign = _campaign()
+    base = campaign.PLAN["parity"][0]
+    first, second = (campaign.Point("parity", ("method=act", f"act.tau={t}")) for t in ("1", "2"))
+    times = {(campaign.point_id(base), 0): 3000.0, (campaign.point_id(first), 0): 600.0,
+             (campaign.point_id(second), 0): 600.0}
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: point == base and seed != 2)
+    plan = [(seed, point) for seed in (0, 1, 2) for point in (base, first, second)]
+    rows = campaign.progress(plan, times, {}, has_base=lambda seed, task: seed == 1)
+    assert [row.left_estimate_s for row in rows] == [4200.0, 1200.0, 4200.0]
+    assert [seconds for _, seconds, _ in rows[0].pending] == [3600.0, 600.0]
+    assert rows[0].pending[0][2] == ("recorded wall time, and 50 min for its seed's dense base, which it trains "
+                                     "first (neither cached nor shipped)")
+    assert [seconds for _, seconds, _ in rows[2].pending] == [3000.0, 600.0, 600.0]
+    assert [row.left_estimate_s for row in campaign.progress(plan, times, {})] == [1200.0, 1200.0, 4200.0]
 
 
 def test_status_lists_every_pending_command_with_its_estimate(monkeypatch):
