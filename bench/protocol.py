@@ -328,9 +328,9 @@ def describe_plan(method: "Method", the_plan: Plan, reference: bool = False) -> 
     """One line naming what the run loads and trains (the base and each stage: cached, shipped or its steps;
     ``reference``: :func:`plan_status`), and the number of optimizer steps still to train."""
     stages = plan_status(method, the_plan, reference)
-    names = {True: "dense base", False: "dense base (the reference it is timed or counted against)"}
-    parts = [f"{names[the_plan.starts_from == 'base'] if s.base else s.name} {s.steps} steps ({s.state})"
-             for s in stages]
+    base = ("dense base" if the_plan.starts_from == "base"
+            else "dense base (the reference it is timed or counted against)")
+    parts = [f"{base if s.base else s.name} {s.steps} steps ({s.state})" for s in stages]
     return ", then ".join(parts) or "nothing to train", sum(s.steps_left for s in stages)
 
 

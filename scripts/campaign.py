@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import os
 import shlex
 import signal
@@ -152,26 +153,28 @@ def ends_in_time(now: dt.datetime, stop: dt.datetime | None, estimate_s: float |
 
 def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
              trained: dict[str, float] | None = None, throughput=None, share=None,
-             has_base=None) -> list[Progress]:
+             base_state=None) -> list[Progress]:
     """Per task (in :data:`TASK_ORDER`) and seed, the progress of ``plan``; ``trained`` is
     :func:`row_train_times`, for the points the times file has not timed; ``throughput(seed, point)``
     (:func:`campaign_estimate.estimate`) estimates the rest from measured training throughput; ``share(seed,
     point)`` (:func:`resumed_share`) scales the training part of a resumed command's time
-    (:func:`expected_seconds`); where ``has_base(seed, task)`` (:func:`base_trained`) says a seed's dense base
-    is neither cached nor shipped, its first pending command that loads it is charged the base's own time."""
+    (:func:`expected_seconds`).  Where ``base_state(seed, point)`` (:func:`default_base_state`) says a seed's
+    dense base is neither cached nor shipped, and its own command has rows, the first pending command that
+    loads it is charged the base's own time (:func:`base_seconds`), once per seed."""
     measured = estimates(times)
     trained = trained or {}
     share = share or (lambda seed, point: 1.0)
-    base_counted: set[tuple[str, int]] = set()  # the first pending command of a seed trains its base
+    # a seed's base is trained by its own pending command, else by the first pending command that loads it
+    base_counted = {(point.task, seed) for seed, point in plan if is_base(point) and has_rows(seed, point) is False}
 
-    def base_first(seed: int, point: Point) -> float:
-        """Seconds of the seed's dense base that a timed command of ``point`` trains first (once per seed)."""
-        if has_base is None or (point.task, seed) in base_counted or not starts_from_base(point):
+    def base_charge(seed: int, point: Point) -> float:
+        if base_state is None or (point.task, seed) in base_counted:
+            return 0.0
+        state = base_state(seed, point)
+        if state is None:  # it loads no base, or another one than its task's default
             return 0.0
         base_counted.add((point.task, seed))
-        if has_base(seed, point.task):
-            return 0.0
-        return expected_seconds(PLAN[point.task][0], measured, trained) or 0.0
+        return 0.0 if state else base_seconds(point.task, seed, measured, trained, share)
     out = []
     for task in [t for t in TASK_ORDER if any(point.task == t for _, point in plan)]:
         for seed in sorted({s for s, point in plan if point.task == task}):
@@ -184,10 +187,8 @@ def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
                 elif done is None:
                     row.unknown += 1
                 elif point_id(point) in measured or point_id(point) in trained:
-                    if is_base(point):  # its own time trains the base
-                        base_counted.add((task, seed))
                     left = share(seed, point)
-                    base_s = base_first(seed, point)
+                    base_s = base_charge(seed, point)
                     seconds = expected_seconds(point, measured, trained, left) + base_s
                     timed = point_id(point) in measured
                     if timed:
@@ -198,17 +199,19 @@ def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
                     source = "recorded wall time" if timed else "its rows' training time"
                     row.pending.append((line, seconds, source + (
                         f", its training scaled to the {left:.1%} of its steps left (it resumes)" if left < 1
-                        else "") + (f", and {base_s / 60:.0f} min for its seed's dense base, which it trains "
-                                    "first (neither cached nor shipped)" if base_s else "")))
+                        else "") + (f", and {base_s / 60:.0f} min for its seed's dense base, which it trains on "
+                                    "its way (neither cached nor shipped)" if base_s else "")))
                 else:
                     row.left_unmeasured += 1
                     guess = throughput(seed, point) if throughput is not None else None
                     if guess is None:
                         row.pending.append((line, None, "no estimate"))
                         continue
-                    if (task, seed) in base_counted:
+                    # its own dense:base stage is the seed's default base unless it loads another one
+                    default = base_state is None or base_state(seed, point) is not None
+                    if default and (task, seed) in base_counted:
                         guess = guess.without_base()
-                    if any(stage == "dense:base" for stage, _ in guess.to_train):
+                    if default and any(stage == "dense:base" for stage, _ in guess.to_train):
                         base_counted.add((task, seed))
                     row.left_throughput_s += guess.seconds
                     row.left_base_rate += bool(guess.at_base_rate)
@@ -220,10 +223,10 @@ def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
 
 
 def status(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
-           trained: dict[str, float] | None = None, throughput=None, share=None, has_base=None) -> list[str]:
+           trained: dict[str, float] | None = None, throughput=None, share=None, base_state=None) -> list[str]:
     """The lines ``--status`` prints: :func:`progress` per task and seed, the totals, then every pending
     command with its estimate and where the estimate comes from."""
-    rows = progress(plan, times, trained, throughput, share, has_base)
+    rows = progress(plan, times, trained, throughput, share, base_state)
     lines = [r.line() for r in rows] + [
         f"total: {sum(r.done for r in rows)}/{len(plan)} commands have rows; left: "
         f"{sum(r.left_estimate_s for r in rows) / 3600:.1f} h estimated (wall time of the campaign's commands "
@@ -259,6 +262,39 @@ def base_checkpoint(seed: int, task: str) -> Path:
 
     run, built, _, _ = campaign_estimate.build_command(seed, PLAN[task][0])
     return run.stage_path("dense", protocol.base_stage_name(), run.base_key(built))
+
+
+def base_seconds(task: str, seed: int, measured: dict[str, float], trained: dict[str, float], share=None) -> float:
+    """The expected seconds of ``task``'s dense base at ``seed`` (its point's :func:`expected_seconds`, at its
+    ``share(seed, point)`` left where it resumes); 0 where neither a recorded time nor a row says."""
+    base = PLAN[task][0]
+    return expected_seconds(base, measured, trained, share(seed, base) if share is not None else 1.0) or 0.0
+
+
+@functools.lru_cache(maxsize=None)
+def loads_default_base(seed: int, point: Point) -> bool:
+    """Whether a command of ``point`` loads its task's default dense base (``PLAN[task][0]``'s at ``seed``),
+    not another (a point that changes the task's base settings loads a base of its own)."""
+    import campaign_estimate
+    from bench import protocol
+
+    if not starts_from_base(point):
+        return False
+    run, built, _, _ = campaign_estimate.build_command(seed, point)
+    return run.stage_path("dense", protocol.base_stage_name(), run.base_key(built)) == base_checkpoint(seed, point.task)
+
+
+def default_base_state(seed: int, point: Point) -> bool | None:
+    """None where a command of ``point`` does not load its task's default dense base
+    (:func:`loads_default_base`); else whether that base is cached or shipped here (as the run's plan line
+    reads it, :func:`bench.protocol.stage_state`), so that the command does not train it on its way."""
+    import campaign_estimate
+    from bench import protocol
+
+    if not loads_default_base(seed, point):
+        return None
+    run, built, _, _ = campaign_estimate.build_command(seed, PLAN[point.task][0])
+    return protocol.stage_state(run, "dense", protocol.base_stage_name(), run.base_key(built)) in ("cached", "shipped")
 
 
 def base_trained(seed: int, task: str) -> bool:
@@ -441,7 +477,7 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
     trains a missing base on its way, the rest in plan order;
     a command that would not end before ``stop`` is skipped (its time: :func:`expected_seconds` from the
     recorded times ``expected`` and the rows' ``trained``, at ``share(seed, point)`` where it resumes, and
-    its seed's dense base's where it trains that first).  Each command's output goes to its own log in
+    its seed's dense base's where it trains that on its way).  Each command's output goes to its own log in
     ``log_dir``.  Timings taken while another training runs are not quiet: the rows record the load, and the
     report marks them."""
     threads = max(1, usable_cpus() // jobs)
@@ -465,8 +501,8 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
                 now = dt.datetime.now(dt.timezone.utc)
                 left = share(seed, point) if share is not None and stop is not None else 1.0
                 estimate = expected_seconds(point, expected, trained or {}, left)
-                if estimate is not None and not trained_bases.get((point.task, seed), True):  # it trains the base
-                    estimate += expected_seconds(PLAN[point.task][0], expected, trained or {}) or 0.0
+                if estimate is not None and stop is not None and default_base_state(seed, point) is False:
+                    estimate += base_seconds(point.task, seed, expected, trained or {}, share)  # on its way
                 if not ends_in_time(now, stop, estimate):
                     print(f"[campaign] skipping command {i}/{len(plan)}: it would not end by the stop time",
                           flush=True)
@@ -604,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
                                      1 if args.nproc > 1 else args.train_threads)
     if args.status:
         print("\n".join(status(plan, read_times(times, args.nproc), row_train_times(), throughput_estimator(train_threads),
-                               resumed_share(train_threads), base_trained)))
+                               resumed_share(train_threads), default_base_state)))
         return 0
     if args.list:
         print("\n".join(shlex.join(command(seed, point)) for seed, point in plan))
@@ -647,9 +683,8 @@ def run_one_at_a_time(plan: list[tuple[int, Point]], args: argparse.Namespace, t
         # skips that command (and the commands of its seed that load it, if it is a base) instead
         left = share(seed, point) if stop is not None and share is not None else 1.0
         estimate = expected_seconds(point, expected, trained, left)
-        base_s = (expected_seconds(PLAN[point.task][0], expected, trained) or 0.0
-                  if estimate is not None and stop is not None and starts_from_base(point)
-                  and not base_trained(seed, point.task) else 0.0)  # it trains its seed's dense base first
+        base_s = (base_seconds(point.task, seed, expected, trained, share) if estimate is not None
+                  and stop is not None and default_base_state(seed, point) is False else 0.0)  # trained on its way
         estimate = estimate + base_s if estimate is not None else None
         now = dt.datetime.now(dt.timezone.utc)
         if pause is not None and now >= pause:

@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from campaign_plan import RUN, Point, command
+from campaign_plan import RUN, Point, command, is_base
 
 ROOT = Path(__file__).resolve().parent.parent
 THROUGHPUT = ROOT / "results" / "throughput"
@@ -104,18 +104,18 @@ def build_command(seed: int, point: Point, run_settings: tuple[str, ...] = tuple
 
 def stages_to_train(seed: int, point: Point, threads: int) -> list[tuple[str, int]]:
     """("<method>:<stage>", steps) of every stage a command of ``point`` would train on this machine (the
-    dense base first when it is neither cached nor shipped): the steps still to train, so a stage that resumes
-    from a checkpoint (the cache's own or a shipped one) counts from the step it resumes at."""
+    dense base, where it is neither cached nor shipped, as :func:`command_stages` places it): the steps still
+    to train, so a stage that resumes from a checkpoint (the cache's own or a shipped one) counts from the
+    step it resumes at."""
     method_name, stages = command_stages(seed, point, threads)
     return [("dense:base" if s.base else f"{method_name}:{s.name}", s.steps_left)
             for s in stages if s.state.startswith("to train")]
 
 
-def command_stages(seed: int, point: Point, threads: int):
+def command_stages(seed: int, point: Point, threads: int) -> tuple[str, list]:
     """The method's name and :func:`bench.protocol.plan_status` of a command of ``point`` at ``seed``: its
-    stages, with the dense
-    base first where it starts from it, or last where it loads the base only to time or count against it
-    (:func:`bench.runner.loads_dense_base`)."""
+    stages, with the dense base first where it starts from it, or last where it loads the base only to time
+    or count against it (:func:`bench.runner.loads_dense_base`)."""
     from bench import protocol, runner
 
     run, task, method, method_name = build_command(seed, point, (f"threads={threads}",))
@@ -127,9 +127,9 @@ def share_left(seed: int, point: Point, threads: int) -> float:
     cache's checkpoint or a shipped one), else 1.0: the steps left over the steps of the stages it trains
     here.  A stage cached or shipped finished (e.g. one another command shared) counts in neither: exact
     where the recorded time did not train it either, long where it did.  A method's stages only: the dense
-    base counts only for the base's own command (``method=dense``), whose plan has nothing else."""
+    base counts only for the base's own command (:func:`campaign_plan.is_base`)."""
     _, status = command_stages(seed, point, threads)
-    stages = [s for s in status if s.state.startswith("to train") and (not s.base or len(status) == 1)]
+    stages = [s for s in status if s.state.startswith("to train") and (not s.base or is_base(point))]
     if not any(s.done > 0 for s in stages):  # a checkpoint may hold the last step (saved before a pause)
         return 1.0
     return sum(s.steps_left for s in stages) / sum(s.steps for s in stages)

@@ -224,7 +224,8 @@ def test_fill_skips_what_does_not_fit_and_what_starts_from_a_skipped_base(tmp_pa
     monkeypatch.setattr(campaign, "run_in_foreground", lambda line, *_: ran.append(line) or 0)
     monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
     monkeypatch.setattr(campaign, "training_threads", lambda tasks, asked: {task: 1 for task in tasks})
-    monkeypatch.setattr(campaign, "base_trained", lambda seed, task: True)  # each base is cached, or its command runs
+    # each base is cached, or its own command runs
+    monkeypatch.setattr(campaign, "default_base_state", lambda seed, point: None if campaign.is_base(point) else True)
     until = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)).strftime("%H:%M")
     assert campaign.main(["--until", until, "--fill", "--times", str(times)]) == 0
     # seed 1's method and timed static size load the skipped base; its untimed from-scratch point does not
@@ -246,7 +247,8 @@ def test_fill_skips_what_does_not_fit_and_what_starts_from_a_skipped_base(tmp_pa
     assert "stopping before command 1/8" in capsys.readouterr().out
 
     ran.clear()  # seed 2's base has rows but is neither cached nor shipped: its method trains it first (2 h)
-    monkeypatch.setattr(campaign, "base_trained", lambda seed, task: seed != 2)
+    monkeypatch.setattr(campaign, "default_base_state",
+                        lambda seed, point: None if campaign.is_base(point) else seed != 2)
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: point == base or seed == 0)
     assert campaign.main(["--until", until, "--fill", "--times", str(times)]) == 0
     assert [line[-1] for line in ran] == ["seed=1"] * 3
@@ -367,7 +369,7 @@ def test_points_the_times_file_has_not_timed_are_estimated_by_their_rows(tmp_pat
     monkeypatch.setattr(campaign, "row_train_times", lambda: trained)
     monkeypatch.setattr(campaign, "planned", lambda seeds, tasks: [(2, static), (2, baseless)])
     monkeypatch.setattr(campaign, "run_in_foreground", lambda line, *_: ran.append(line) or 0)
-    monkeypatch.setattr(campaign, "base_trained", lambda seed, task: True)
+    monkeypatch.setattr(campaign, "default_base_state", lambda seed, point: True)
     until = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=9)).strftime("%H:%M")
     assert campaign.main(["--until", until, "--times", str(tmp_path / "none.tsv")]) == 0 and ran == []
     assert "would be passed (about 10 min of training in its rows): stopping before command 1/2" in \
@@ -513,10 +515,10 @@ def test_parallel_campaign_expects_a_resumed_command_to_take_its_share_left(tmp_
     recorded = {campaign.point_id(static): 7200.0, campaign.point_id(campaign.PLAN["parity"][0]): 3600.0}
     for left, has_base, runs in ((1.0, True, False), (0.25, True, True), (0.25, False, False)):
         # without its seed's dense base here, the command trains it first (an hour more)
-        monkeypatch.setattr(campaign, "base_trained", lambda seed, task: has_base)
+        monkeypatch.setattr(campaign, "default_base_state", lambda seed, point: has_base)
         started.clear()
         assert campaign.run_parallel([(0, static)], 2, stop, tmp_path / "times.tsv", recorded, tmp_path / "logs",
-                                     trained=recorded, share=lambda seed, point: left) == 0
+                                     trained=recorded, share=lambda seed, point: left if point == static else 1.0) == 0
         assert bool(started) == runs
         assert ("it would not end by the stop time" in capsys.readouterr().out) != runs
 
@@ -841,15 +843,42 @@ def test_a_seed_whose_base_is_missing_charges_the_base_to_its_first_command(monk
     first, second = (campaign.Point("parity", ("method=act", f"act.tau={t}")) for t in ("1", "2"))
     times = {(campaign.point_id(base), 0): 3000.0, (campaign.point_id(first), 0): 600.0,
              (campaign.point_id(second), 0): 600.0}
-    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: point == base and seed != 2)
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: point == base and seed < 2)
     plan = [(seed, point) for seed in (0, 1, 2) for point in (base, first, second)]
-    rows = campaign.progress(plan, times, {}, has_base=lambda seed, task: seed == 1)
+    rows = campaign.progress(plan, times, {},
+                             base_state=lambda seed, point: None if campaign.is_base(point) else seed == 1)
     assert [row.left_estimate_s for row in rows] == [4200.0, 1200.0, 4200.0]
     assert [seconds for _, seconds, _ in rows[0].pending] == [3600.0, 600.0]
-    assert rows[0].pending[0][2] == ("recorded wall time, and 50 min for its seed's dense base, which it trains "
-                                     "first (neither cached nor shipped)")
+    assert rows[0].pending[0][2] == ("recorded wall time, and 50 min for its seed's dense base, which it trains on "
+                                     "its way (neither cached nor shipped)")
     assert [seconds for _, seconds, _ in rows[2].pending] == [3000.0, 600.0, 600.0]
     assert [row.left_estimate_s for row in campaign.progress(plan, times, {})] == [1200.0, 1200.0, 4200.0]
+    # a command planned before its seed's pending base command (a calibration point) is not charged it
+    later = [(3, first), (3, base), (3, second)]
+    [row] = campaign.progress(later, times, {},
+                              base_state=lambda seed, point: None if campaign.is_base(point) else False)
+    assert [seconds for _, seconds, _ in row.pending] == [600.0, 3000.0, 600.0]
+
+
+def test_only_a_command_that_loads_its_tasks_default_base_is_charged_it(tmp_path, monkeypatch):
+    """A point that changes the task's base settings loads a base of its own; a timed static size loads the
+    default one after training (its plan lists it last); an untimed one trains from scratch and loads none."""
+    from bench import artifacts
+
+    campaign = _campaign()
+    estimate = load_script("campaign_estimate")
+    monkeypatch.setattr(estimate, "ROOT", tmp_path)  # an empty cache
+    monkeypatch.setattr(artifacts, "ROOT", tmp_path / "artifacts")  # nothing shipped
+    act, sequence = (campaign.Point("parity", ("method=act", *rest)) for rest in
+                     (("act.tau=1e-3",), ("parity.variant=sequence", "parity.n=16", "parity.train_steps=2000")))
+    static, untimed = (campaign.Point("parity", ("method=dense", "dense.depth=2", *rest))
+                       for rest in ((), ("timing=false",)))
+    assert campaign.loads_default_base(0, act) and not campaign.loads_default_base(0, sequence)
+    assert campaign.default_base_state(0, act) is False and campaign.default_base_state(0, sequence) is None
+    assert campaign.default_base_state(0, campaign.PLAN["parity"][0]) is None  # the base's own command
+    steps = estimate.stages_to_train(0, static, 1)
+    assert steps[0][0] == "dense:w1-d2" and steps[-1] == ("dense:base", steps[-1][1]) and len(steps) == 2
+    assert [stage for stage, _ in estimate.stages_to_train(0, untimed, 1)] == ["dense:w1-d2"]
 
 
 def test_status_lists_every_pending_command_with_its_estimate(monkeypatch):
