@@ -142,6 +142,18 @@ def expected_seconds(point: Point, measured: dict[str, float], trained: dict[str
     return whole - training * (1.0 - share)
 
 
+def until_estimate(seed: int, point: Point, expected: dict[str, float], trained: dict[str, float], share,
+                   stop: dt.datetime | None) -> tuple[float | None, float, float]:
+    """What ``--until`` decides a command by: (its expected seconds, None when unknown; the share of its
+    training left, :func:`resumed_share`; the seconds of its seed's dense base among them, where it would train
+    that on its way, :func:`default_base_state`).  Without a stop time nothing is looked up."""
+    left = share(seed, point) if stop is not None and share is not None else 1.0
+    estimate = expected_seconds(point, expected, trained, left)
+    base_s = (base_seconds(point.task, seed, expected, trained, share)
+              if estimate is not None and stop is not None and default_base_state(seed, point) is False else 0.0)
+    return (None if estimate is None else estimate + base_s), left, base_s
+
+
 def ends_in_time(now: dt.datetime, stop: dt.datetime | None, estimate_s: float | None) -> bool:
     """Whether a command may start at ``now`` under ``--until`` (``stop``): not after the stop time, and not
     when its estimated wall time would carry it past the stop time.  A command with no recorded time starts
@@ -255,13 +267,21 @@ class Job:
     line: list[str] = field(default_factory=list)  # the command line it runs
 
 
+def loaded_base(seed: int, point: Point):
+    """(run context, cache key) of the dense base a command of ``point`` at ``seed`` would load, as the run
+    computes them (this checkout's cache; nothing is loaded)."""
+    import campaign_estimate
+
+    run, built, _, _ = campaign_estimate.build_command(seed, point)
+    return run, run.base_key(built)
+
+
 def base_checkpoint(seed: int, task: str) -> Path:
     """Where this machine's cache keeps the dense base of ``task`` at ``seed`` (the key a run computes)."""
-    import campaign_estimate
     from bench import protocol
 
-    run, built, _, _ = campaign_estimate.build_command(seed, PLAN[task][0])
-    return run.stage_path("dense", protocol.base_stage_name(), run.base_key(built))
+    run, key = loaded_base(seed, PLAN[task][0])
+    return run.stage_path("dense", protocol.base_stage_name(), key)
 
 
 def base_seconds(task: str, seed: int, measured: dict[str, float], trained: dict[str, float], share=None) -> float:
@@ -275,26 +295,19 @@ def base_seconds(task: str, seed: int, measured: dict[str, float], trained: dict
 def loads_default_base(seed: int, point: Point) -> bool:
     """Whether a command of ``point`` loads its task's default dense base (``PLAN[task][0]``'s at ``seed``),
     not another (a point that changes the task's base settings loads a base of its own)."""
-    import campaign_estimate
-    from bench import protocol
-
-    if not starts_from_base(point):
-        return False
-    run, built, _, _ = campaign_estimate.build_command(seed, point)
-    return run.stage_path("dense", protocol.base_stage_name(), run.base_key(built)) == base_checkpoint(seed, point.task)
+    return starts_from_base(point) and loaded_base(seed, point)[1] == loaded_base(seed, PLAN[point.task][0])[1]
 
 
 def default_base_state(seed: int, point: Point) -> bool | None:
     """None where a command of ``point`` does not load its task's default dense base
     (:func:`loads_default_base`); else whether that base is cached or shipped here (as the run's plan line
     reads it, :func:`bench.protocol.stage_state`), so that the command does not train it on its way."""
-    import campaign_estimate
     from bench import protocol
 
     if not loads_default_base(seed, point):
         return None
-    run, built, _, _ = campaign_estimate.build_command(seed, PLAN[point.task][0])
-    return protocol.stage_state(run, "dense", protocol.base_stage_name(), run.base_key(built)) in ("cached", "shipped")
+    run, key = loaded_base(seed, PLAN[point.task][0])
+    return protocol.stage_state(run, "dense", protocol.base_stage_name(), key) in ("cached", "shipped")
 
 
 def base_trained(seed: int, task: str) -> bool:
@@ -445,6 +458,11 @@ def resumed_share(threads: dict[str, int], cache: Path = campaign_partials.CACHE
     return share
 
 
+def job_threads(jobs: int) -> int:
+    """The threads each of ``jobs`` commands run at once (``--jobs``) gets: its share of the usable CPUs."""
+    return max(1, usable_cpus() // jobs)
+
+
 def usable_cpus() -> int:
     """The CPUs this process may run on (``taskset -c 1 python scripts/campaign.py`` leaves the others free
     for other work: its trainings then use one thread)."""
@@ -480,7 +498,7 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
     its seed's dense base's where it trains that on its way).  Each command's output goes to its own log in
     ``log_dir``.  Timings taken while another training runs are not quiet: the rows record the load, and the
     report marks them."""
-    threads = max(1, usable_cpus() // jobs)
+    threads = job_threads(jobs)
     waiting = [(i, seed, point) for i, (seed, point) in enumerate(plan, 1) if not has_rows(seed, point)]
     running: list[Job] = []
     trained_bases: dict[tuple[str, int], bool] = {}
@@ -499,10 +517,7 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
                 i, seed, point = item = startable[0]
                 waiting.remove(item)
                 now = dt.datetime.now(dt.timezone.utc)
-                left = share(seed, point) if share is not None and stop is not None else 1.0
-                estimate = expected_seconds(point, expected, trained or {}, left)
-                if estimate is not None and stop is not None and default_base_state(seed, point) is False:
-                    estimate += base_seconds(point.task, seed, expected, trained or {}, share)  # on its way
+                estimate, _, _ = until_estimate(seed, point, expected, trained or {}, share, stop)
                 if not ends_in_time(now, stop, estimate):
                     print(f"[campaign] skipping command {i}/{len(plan)}: it would not end by the stop time",
                           flush=True)
@@ -650,10 +665,9 @@ def main(argv: list[str] | None = None) -> int:
     expected = estimates(read_times(times, args.nproc))
     trained = row_train_times() if stop else {}  # reads every row: only --until needs it
     if args.jobs > 1:
-        threads = max(1, usable_cpus() // args.jobs)
         return run_parallel(plan, args.jobs, stop, times, expected, ROOT / ".cache" / "campaign",
                             args.export_bases, args.commit, trained,
-                            resumed_share({task: threads for task in train_threads}))
+                            resumed_share({task: job_threads(args.jobs) for task in train_threads}))
     return run_one_at_a_time(plan, args, times, train_threads, stop, expected, trained,
                              resumed_share(train_threads))
 
@@ -681,11 +695,7 @@ def run_one_at_a_time(plan: list[tuple[int, Point]], args: argparse.Namespace, t
         # the plan's order matters (a method fine-tunes the base before it), so the campaign stops at the
         # first command that does not fit rather than looking for a later one that does; under --fill it
         # skips that command (and the commands of its seed that load it, if it is a base) instead
-        left = share(seed, point) if stop is not None and share is not None else 1.0
-        estimate = expected_seconds(point, expected, trained, left)
-        base_s = (base_seconds(point.task, seed, expected, trained, share) if estimate is not None
-                  and stop is not None and default_base_state(seed, point) is False else 0.0)  # trained on its way
-        estimate = estimate + base_s if estimate is not None else None
+        estimate, left, base_s = until_estimate(seed, point, expected, trained, share, stop)
         now = dt.datetime.now(dt.timezone.utc)
         if pause is not None and now >= pause:
             print(f"[campaign] {args.pause_at} UTC reached: stopping before command {i}/{len(plan)}", flush=True)
