@@ -269,7 +269,7 @@ def _stage_status(run: "RunContext", owner: str, name: str, key: Any) -> tuple[s
         return "shipped", 0
     own = checkpoints.partial_path(ckpt)
     if own.exists():
-        step = _saved_step(own)
+        step = saved_step(own)
         return (f"to train from step {step} of its checkpoint in the cache", step) if step else ("to train", 0)
     # a paused command's shipped checkpoint, installed when this cache has none of its own to resume
     shipped = artifacts.find_partial(ckpt) if run.shipped else None
@@ -281,7 +281,7 @@ def _stage_status(run: "RunContext", owner: str, name: str, key: Any) -> tuple[s
     return f"to train from step {step} of a shipped checkpoint", step
 
 
-def _saved_step(partial: Path) -> int:
+def saved_step(partial: Path) -> int:
     """The step a resumable checkpoint resumes at (0 when it cannot be read: the trainer then says why)."""
     try:
         return int(torch.load(partial, map_location="cpu", weights_only=True, mmap=True)["step"])

@@ -998,7 +998,8 @@ def _fake_partial(path, step: int, size: int = 10) -> None:
                 "time_s": 1.5, "loss_ema": 0.1}, path)
 
 
-def test_partials_written_since_the_command_started_ship_and_go_once_their_stage_is_finished(tmp_path, monkeypatch):
+def test_partials_written_since_the_command_started_ship_and_go_once_their_stage_is_finished(tmp_path, monkeypatch,
+                                                                                            capsys):
     import torch
 
     _campaign()
@@ -1023,7 +1024,12 @@ def test_partials_written_since_the_command_started_ship_and_go_once_their_stage
     torch.save({"model": {"w": torch.zeros(10)}, "steps": 50}, cache / "imagenet" / "cct" / "cct-bbb.pt")
     assert partials.drop_finished("imagenet", cache, root) == shipped and not shipped[0].exists()
     monkeypatch.setattr(partials, "SHIPPED_LIMIT", 100)  # a checkpoint that would pass the limit stays here
+    _fake_partial(new, 41)
+    os.utime(new, (since + 1, since + 1))
+    capsys.readouterr()
     assert partials.ship("imagenet", since, "", cache, root) == []
+    said = capsys.readouterr().out
+    assert "not shipping cct-bbb.partial.pt (step 41, 0 MB)" in said and "a fresh machine trains its stage" in said
 
 
 def test_pause_at_ships_what_the_stopped_command_saved_and_starts_nothing_after_it(tmp_path, monkeypatch, capsys):
