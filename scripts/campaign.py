@@ -54,7 +54,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # scripts are not a package: the plan is a sibling module
 # the plan, and the names the tests read through this module
-from campaign_plan import (CALIBRATION, CONTROL, DEFERRED, ONE_SEED, PLAN, RUN, SETTLED, TASK_MAJOR,  # noqa: E402,F401
+from campaign_plan import (CALIBRATION, CONTROL, DEFERRED, EVALUATES, ONE_SEED, PLAN, RUN, SETTLED,  # noqa: E402,F401
+                           TASK_MAJOR,
                            TASK_ORDER, Point, command, commands, is_base, matching, planned, point_id, row_point,
                            starts_from_base)
 import campaign_launch  # noqa: E402
@@ -143,15 +144,20 @@ def expected_seconds(point: Point, measured: dict[str, float], trained: dict[str
 
 
 def until_estimate(seed: int, point: Point, expected: dict[str, float], trained: dict[str, float], share,
-                   stop: dt.datetime | None) -> tuple[float | None, float, float]:
+                   stop: dt.datetime | None) -> tuple[float | None, float, float, float]:
     """What ``--until`` decides a command by: (its expected seconds, None when unknown; the share of its
-    training left, :func:`resumed_share`; the seconds of its seed's dense base among them, where it would train
-    that on its way, :func:`default_base_state`).  Without a stop time nothing is looked up."""
+    training left, :func:`resumed_share`; the seconds among them of its seed's dense base, where it would train
+    that on its way, :func:`default_base_state`; and of the model it evaluates, where it would train that
+    again first, :func:`evaluated_model_state`).  Without a stop time nothing is looked up."""
     left = share(seed, point) if stop is not None and share is not None else 1.0
     estimate = expected_seconds(point, expected, trained, left)
+    if estimate is None or stop is None:
+        return estimate, left, 0.0, 0.0
     base_s = (base_seconds(point.task, seed, expected, trained, share)
-              if estimate is not None and stop is not None and default_base_state(seed, point) is False else 0.0)
-    return (None if estimate is None else estimate + base_s), left, base_s
+              if default_base_state(seed, point) is False else 0.0)
+    model_s = (model_seconds(seed, point, expected, trained, share)
+               if evaluated_model_state(seed, point) is False else 0.0)
+    return estimate + base_s + model_s, left, base_s, model_s
 
 
 def ends_in_time(now: dt.datetime, stop: dt.datetime | None, estimate_s: float | None) -> bool:
@@ -165,14 +171,16 @@ def ends_in_time(now: dt.datetime, stop: dt.datetime | None, estimate_s: float |
 
 def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
              trained: dict[str, float] | None = None, throughput=None, share=None,
-             base_state=None) -> list[Progress]:
+             base_state=None, model_state=None) -> list[Progress]:
     """Per task (in :data:`TASK_ORDER`) and seed, the progress of ``plan``; ``trained`` is
     :func:`row_train_times`, for the points the times file has not timed; ``throughput(seed, point)``
     (:func:`campaign_estimate.estimate`) estimates the rest from measured training throughput; ``share(seed,
     point)`` (:func:`resumed_share`) scales the training part of a resumed command's time
     (:func:`expected_seconds`).  Where ``base_state(seed, point)`` (:func:`default_base_state`) says a seed's
     dense base is neither cached nor shipped, and its own command has rows, the first pending command that
-    loads it is charged the base's own time (:func:`base_seconds`), once per seed."""
+    loads it is charged the base's own time (:func:`base_seconds`), once per seed; where ``model_state(seed,
+    point)`` (:func:`evaluated_model_state`) says the model an evaluation-only command evaluates is not here, and
+    that model's command has rows, the command is charged that command's time (:func:`model_seconds`)."""
     measured = estimates(times)
     trained = trained or {}
     share = share or (lambda seed, point: 1.0)
@@ -201,7 +209,9 @@ def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
                 elif point_id(point) in measured or point_id(point) in trained:
                     left = share(seed, point)
                     base_s = base_charge(seed, point)
-                    seconds = expected_seconds(point, measured, trained, left) + base_s
+                    model_s = (model_seconds(seed, point, measured, trained, share)
+                               if model_state is not None and model_state(seed, point) is False else 0.0)
+                    seconds = expected_seconds(point, measured, trained, left) + base_s + model_s
                     timed = point_id(point) in measured
                     if timed:
                         row.left_estimate_s += seconds
@@ -212,7 +222,9 @@ def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
                     row.pending.append((line, seconds, source + (
                         f", its training scaled to the {left:.1%} of its steps left (it resumes)" if left < 1
                         else "") + (f", and {base_s / 60:.0f} min for its seed's dense base, which it trains on "
-                                    "its way (neither cached nor shipped)" if base_s else "")))
+                                    "its way (neither cached nor shipped)" if base_s else "")
+                        + (f", and {model_s / 60:.0f} min to train again the model it evaluates (not in this "
+                           "machine's cache)" if model_s else "")))
                 else:
                     row.left_unmeasured += 1
                     guess = throughput(seed, point) if throughput is not None else None
@@ -235,10 +247,11 @@ def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
 
 
 def status(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
-           trained: dict[str, float] | None = None, throughput=None, share=None, base_state=None) -> list[str]:
+           trained: dict[str, float] | None = None, throughput=None, share=None, base_state=None,
+           model_state=None) -> list[str]:
     """The lines ``--status`` prints: :func:`progress` per task and seed, the totals, then every pending
     command with its estimate and where the estimate comes from."""
-    rows = progress(plan, times, trained, throughput, share, base_state)
+    rows = progress(plan, times, trained, throughput, share, base_state, model_state)
     lines = [r.line() for r in rows] + [
         f"total: {sum(r.done for r in rows)}/{len(plan)} commands have rows; left: "
         f"{sum(r.left_estimate_s for r in rows) / 3600:.1f} h estimated (wall time of the campaign's commands "
@@ -308,6 +321,27 @@ def default_base_state(seed: int, point: Point) -> bool | None:
         return None
     run, key = loaded_base(seed, PLAN[point.task][0])
     return protocol.stage_state(run, "dense", protocol.base_stage_name(), key) in ("cached", "shipped")
+
+
+def evaluated_model_state(seed: int, point: Point) -> bool | None:
+    """None where a command of ``point`` trains the model it evaluates (not an evaluation-only point,
+    :data:`campaign_plan.EVALUATES`, or one whose model's command has no rows yet: that command trains it);
+    else whether that model is cached or shipped here, so that the command does not train it again first."""
+    if point not in EVALUATES or not has_rows(seed, EVALUATES[point]):
+        return None
+    import campaign_estimate
+
+    _, stages = campaign_estimate.command_stages(seed, point, 1)
+    return not any(stage.state.startswith("to train") and not stage.base for stage in stages)
+
+
+def model_seconds(seed: int, point: Point, measured: dict[str, float], trained: dict[str, float],
+                  share=None) -> float:
+    """The seconds an evaluation-only command takes to train the model it evaluates first: that model's
+    point's :func:`expected_seconds` (at the command's ``share(seed, point)`` left, where it resumes); it errs
+    long, as that time includes its evaluation.  0 where neither a recorded time nor a row says."""
+    left = share(seed, point) if share is not None else 1.0
+    return expected_seconds(EVALUATES[point], measured, trained, left) or 0.0
 
 
 def base_trained(seed: int, task: str) -> bool:
@@ -517,7 +551,7 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
                 i, seed, point = item = startable[0]
                 waiting.remove(item)
                 now = dt.datetime.now(dt.timezone.utc)
-                estimate, _, _ = until_estimate(seed, point, expected, trained or {}, share, stop)
+                estimate, *_ = until_estimate(seed, point, expected, trained or {}, share, stop)
                 if not ends_in_time(now, stop, estimate):
                     print(f"[campaign] skipping command {i}/{len(plan)}: it would not end by the stop time",
                           flush=True)
@@ -655,7 +689,7 @@ def main(argv: list[str] | None = None) -> int:
                                      1 if args.nproc > 1 else args.train_threads)
     if args.status:
         print("\n".join(status(plan, read_times(times, args.nproc), row_train_times(), throughput_estimator(train_threads),
-                               resumed_share(train_threads), default_base_state)))
+                               resumed_share(train_threads), default_base_state, evaluated_model_state)))
         return 0
     if args.list:
         print("\n".join(shlex.join(command(seed, point)) for seed, point in plan))
@@ -695,7 +729,7 @@ def run_one_at_a_time(plan: list[tuple[int, Point]], args: argparse.Namespace, t
         # the plan's order matters (a method fine-tunes the base before it), so the campaign stops at the
         # first command that does not fit rather than looking for a later one that does; under --fill it
         # skips that command (and the commands of its seed that load it, if it is a base) instead
-        estimate, left, base_s = until_estimate(seed, point, expected, trained, share, stop)
+        estimate, left, base_s, model_s = until_estimate(seed, point, expected, trained, share, stop)
         now = dt.datetime.now(dt.timezone.utc)
         if pause is not None and now >= pause:
             print(f"[campaign] {args.pause_at} UTC reached: stopping before command {i}/{len(plan)}", flush=True)
@@ -706,7 +740,8 @@ def run_one_at_a_time(plan: list[tuple[int, Point]], args: argparse.Namespace, t
             why = ("reached" if stop is not None and now >= stop else "no recorded time" if estimate is None
                    else f"would be passed (about {estimate / 60:.0f} min {source}"
                    + (f", {left:.1%} of its training left" if left < 1 else "")
-                   + (f", {base_s / 60:.0f} min of them its seed's dense base" if base_s else "") + ")")
+                   + (f", {base_s / 60:.0f} min of them its seed's dense base" if base_s else "")
+                   + (f", {model_s / 60:.0f} min of them the model it evaluates" if model_s else "") + ")")
             if args.fill and now < stop:
                 print(f"[campaign] --fill: {args.until} UTC {why}: skipping command {i}/{len(plan)}", flush=True)
                 if is_base(point):

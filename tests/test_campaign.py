@@ -881,6 +881,52 @@ def test_only_a_command_that_loads_its_tasks_default_base_is_charged_it(tmp_path
     assert [stage for stage, _ in estimate.stages_to_train(0, untimed, 1)] == ["dense:w1-d2"]
 
 
+def test_an_evaluation_only_command_without_its_model_here_is_charged_the_models_training(monkeypatch):
+    """--status: the CCT decoder pairing evaluates the model its point's command trained; where that model is
+    not in this machine's cache, the pairing trains it first, so it is charged that command's recorded time;
+    not where the model is here."""
+    campaign = _campaign()
+    [(pairing, model)] = [(k, v) for k, v in campaign.EVALUATES.items() if "recipe=paper" in k.overrides]
+    assert "cct.pairs=decoder" in pairing.overrides and "cct.pairs=decoder" not in model.overrides
+    assert campaign.PLAN["iwslt"].index(pairing) == campaign.PLAN["iwslt"].index(model) + 1  # model still cached
+    times = {(campaign.point_id(model), 0): 6000.0, (campaign.point_id(pairing), 0): 120.0}
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: point == model)
+    for here, seconds in ((False, 6120.0), (True, 120.0)):
+        [row] = campaign.progress([(1, model), (1, pairing)], times, {}, model_state=lambda seed, point: here)
+        assert [s for _, s, _ in row.pending] == [seconds]
+    [line] = [line for line in campaign.status([(1, model), (1, pairing)], times, {},
+                                               model_state=lambda seed, point: False) if "pairs=decoder" in line]
+    assert line.endswith("(recorded wall time, and 100 min to train again the model it evaluates (not in this "
+                         "machine's cache))")
+
+
+def test_the_model_an_evaluation_only_command_needs_is_looked_up_in_the_cache(tmp_path, monkeypatch):
+    """:func:`evaluated_model_state`: None for a point that trains its own model, or whose model's command has
+    no rows yet; False in an empty cache (its method's stage is to train); True once that stage is cached."""
+    from bench import artifacts
+
+    campaign = _campaign()
+    estimate = load_script("campaign_estimate")
+    monkeypatch.setattr(estimate, "ROOT", tmp_path)  # an empty cache
+    monkeypatch.setattr(artifacts, "ROOT", tmp_path / "artifacts")  # nothing shipped
+    model = campaign.Point("parity", ("method=act", "act.tau=1e-3"))
+    evaluation = campaign.Point("parity", ("method=act", "act.tau=1e-3", "timing=false"))
+    monkeypatch.setattr(campaign, "EVALUATES", {evaluation: model})
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
+    assert campaign.evaluated_model_state(0, evaluation) is None  # the model's command is still to run
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: True)
+    assert campaign.evaluated_model_state(0, model) is None
+    assert campaign.evaluated_model_state(0, evaluation) is False
+    from bench import protocol
+
+    run, _, method, _ = estimate.build_command(0, evaluation)
+    [stage] = [stage for stage in protocol.plan(method).stages if stage.steps]
+    path = run.stage_path(run.method, stage.stage.name, stage.key)  # the model's stage, cached here
+    path.parent.mkdir(parents=True)
+    path.touch()
+    assert campaign.evaluated_model_state(0, evaluation) is True
+
+
 def test_status_lists_every_pending_command_with_its_estimate(monkeypatch):
     campaign = _campaign()
     estimate = load_script("campaign_estimate")
