@@ -55,9 +55,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # scripts are not a package: the plan is a sibling module
 # the plan, and the names the tests read through this module
 from campaign_plan import (CALIBRATION, CONTROL, DEFERRED, EVALUATES, ONE_SEED, PLAN, RUN, SETTLED,  # noqa: E402,F401
-                           TASK_MAJOR,
-                           TASK_ORDER, Point, command, commands, is_base, matching, planned, point_id, row_point,
-                           starts_from_base)
+                           TASK_MAJOR, TASK_ORDER, Point, command, commands, is_base, matching, planned, point_id,
+                           row_point, starts_from_base)
 import campaign_launch  # noqa: E402
 import campaign_partials  # noqa: E402
 from campaign_launch import clock_time, launch, run_in_foreground, stoppable, utc_clock  # noqa: E402,F401
@@ -156,7 +155,7 @@ def until_estimate(seed: int, point: Point, expected: dict[str, float], trained:
     base_s = (base_seconds(point.task, seed, expected, trained, share)
               if default_base_state(seed, point) is False else 0.0)
     model_s = (model_seconds(seed, point, expected, trained, share)
-               if evaluated_model_state(seed, point) is False else 0.0)
+               if model_charged(seed, point, [], expected, evaluated_model_state) else 0.0)
     return estimate + base_s + model_s, left, base_s, model_s
 
 
@@ -209,8 +208,8 @@ def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
                 elif point_id(point) in measured or point_id(point) in trained:
                     left = share(seed, point)
                     base_s = base_charge(seed, point)
-                    model_s = (model_seconds(seed, point, measured, trained, share)
-                               if model_state is not None and model_state(seed, point) is False else 0.0)
+                    model_s = (model_seconds(seed, point, measured, trained, share) if model_state is not None
+                               and model_charged(seed, point, plan, measured, model_state) else 0.0)
                     seconds = expected_seconds(point, measured, trained, left) + base_s + model_s
                     timed = point_id(point) in measured
                     if timed:
@@ -324,15 +323,25 @@ def default_base_state(seed: int, point: Point) -> bool | None:
 
 
 def evaluated_model_state(seed: int, point: Point) -> bool | None:
-    """None where a command of ``point`` trains the model it evaluates (not an evaluation-only point,
-    :data:`campaign_plan.EVALUATES`, or one whose model's command has no rows yet: that command trains it);
-    else whether that model is cached or shipped here, so that the command does not train it again first."""
-    if point not in EVALUATES or not has_rows(seed, EVALUATES[point]):
+    """None where ``point`` is not an evaluation-only point (:data:`campaign_plan.EVALUATES`); else whether
+    the model it evaluates is cached or shipped here, so that its command does not train it first."""
+    if point not in EVALUATES:
         return None
     import campaign_estimate
 
     _, stages = campaign_estimate.command_stages(seed, point, 1)
     return not any(stage.state.startswith("to train") and not stage.base for stage in stages)
+
+
+def model_charged(seed: int, point: Point, plan: list[tuple[int, Point]], measured: dict[str, float],
+                  model_state) -> bool:
+    """Whether a pending command of ``point`` is charged the training of the model it evaluates: an
+    evaluation-only point timed by a recorded wall time (its rows' training time holds the model's where it
+    trained it), whose model ``model_state(seed, point)`` says is not here, and whose model's command is not
+    pending in ``plan`` (that command, planned before it, trains it)."""
+    if point not in EVALUATES or point_id(point) not in measured or model_state(seed, point) is not False:
+        return False
+    return not ((seed, EVALUATES[point]) in plan and has_rows(seed, EVALUATES[point]) is False)
 
 
 def model_seconds(seed: int, point: Point, measured: dict[str, float], trained: dict[str, float],

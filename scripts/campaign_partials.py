@@ -42,9 +42,10 @@ def ship(task: str, since: float, command: str, cache: Path = CACHE, artifacts_r
         old = artifacts.shipped_partial_path(ckpt, artifacts_root)
         grows = path.stat().st_size - (old.stat().st_size if old.exists() else 0)
         if shipped_bytes(artifacts_root) + grows > SHIPPED_LIMIT:
-            print(f"[campaign] not shipping {path.name} (step {_cached_step(path)}, {path.stat().st_size >> 20} MB): "
-                  f"the shipped files would pass {SHIPPED_LIMIT >> 20} MB; it resumes from this machine's cache "
-                  "only, and a fresh machine trains its stage from step 0", flush=True)
+            start = f"step {_step(old)} (shipped before)" if old.exists() else "step 0"
+            print(f"[campaign] not shipping {path.name} ({_saved_at(path)}, {path.stat().st_size / 2 ** 20:.1f} MB): "
+                  f"the shipped files would pass {SHIPPED_LIMIT >> 20} MB; only this machine's cache holds it, and "
+                  f"a fresh machine trains its stage from {start}", flush=True)
             continue
         written.append(artifacts.export_partial(path, command=command, git_sha=provenance.git_sha(),
                                                 machine=machine, root=artifacts_root))
@@ -95,11 +96,11 @@ def drop_finished(task: str, cache: Path = CACHE, artifacts_root: Path | None = 
     return dropped
 
 
-def _cached_step(path: Path) -> int | str:
-    """The step a stage checkpoint in the cache was saved at ("finished" for a finished stage's)."""
+def _saved_at(path: Path) -> str:
+    """Where a stage checkpoint in the cache stands: "finished", or the step it resumes at."""
     from bench import protocol
 
-    return protocol.saved_step(path) if path.name.endswith(".partial.pt") else "finished"
+    return f"step {protocol.saved_step(path)}" if path.name.endswith(".partial.pt") else "finished"
 
 
 def _step(shipped: Path) -> int:

@@ -885,6 +885,8 @@ def test_an_evaluation_only_command_without_its_model_here_is_charged_the_models
     """--status: the CCT decoder pairing evaluates the model its point's command trained; where that model is
     not in this machine's cache, the pairing trains it first, so it is charged that command's recorded time;
     not where the model is here."""
+    import datetime as dt
+
     campaign = _campaign()
     [(pairing, model)] = [(k, v) for k, v in campaign.EVALUATES.items() if "recipe=paper" in k.overrides]
     assert "cct.pairs=decoder" in pairing.overrides and "cct.pairs=decoder" not in model.overrides
@@ -898,11 +900,27 @@ def test_an_evaluation_only_command_without_its_model_here_is_charged_the_models
                                                model_state=lambda seed, point: False) if "pairs=decoder" in line]
     assert line.endswith("(recorded wall time, and 100 min to train again the model it evaluates (not in this "
                          "machine's cache))")
+    # the model's command pending before it trains the model: nothing more is charged
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
+    [row] = campaign.progress([(1, model), (1, pairing)], times, {}, model_state=lambda seed, point: False)
+    assert [s for _, s, _ in row.pending] == [6000.0, 120.0]
+    # a pairing timed by its rows alone is not charged (those rows hold the model's training where it trained it)
+    [row] = campaign.progress([(1, pairing)], {}, {campaign.point_id(pairing): 5000.0},
+                              model_state=lambda seed, point: False)
+    assert [s for _, s, _ in row.pending] == [5000.0]
+    # --until charges it too, also where the model's command has no rows (skipped, or failed)
+    monkeypatch.setattr(campaign, "default_base_state", lambda seed, point: True)
+    monkeypatch.setattr(campaign, "evaluated_model_state", lambda seed, point: False)
+    stop = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+    expected = campaign.estimates(times)
+    assert campaign.until_estimate(1, pairing, expected, {}, None, stop) == (6120.0, 1.0, 0.0, 6000.0)
+    monkeypatch.setattr(campaign, "evaluated_model_state", lambda seed, point: True)
+    assert campaign.until_estimate(1, pairing, expected, {}, None, stop) == (120.0, 1.0, 0.0, 0.0)
 
 
 def test_the_model_an_evaluation_only_command_needs_is_looked_up_in_the_cache(tmp_path, monkeypatch):
-    """:func:`evaluated_model_state`: None for a point that trains its own model, or whose model's command has
-    no rows yet; False in an empty cache (its method's stage is to train); True once that stage is cached."""
+    """:func:`evaluated_model_state`: None for a point that trains its own model; False in an empty cache (its
+    method's stage is to train); True once that stage is cached."""
     from bench import artifacts
 
     campaign = _campaign()
@@ -912,9 +930,6 @@ def test_the_model_an_evaluation_only_command_needs_is_looked_up_in_the_cache(tm
     model = campaign.Point("parity", ("method=act", "act.tau=1e-3"))
     evaluation = campaign.Point("parity", ("method=act", "act.tau=1e-3", "timing=false"))
     monkeypatch.setattr(campaign, "EVALUATES", {evaluation: model})
-    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
-    assert campaign.evaluated_model_state(0, evaluation) is None  # the model's command is still to run
-    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: True)
     assert campaign.evaluated_model_state(0, model) is None
     assert campaign.evaluated_model_state(0, evaluation) is False
     from bench import protocol
@@ -1075,7 +1090,7 @@ def test_partials_written_since_the_command_started_ship_and_go_once_their_stage
     capsys.readouterr()
     assert partials.ship("imagenet", since, "", cache, root) == []
     said = capsys.readouterr().out
-    assert "not shipping cct-bbb.partial.pt (step 41, 0 MB)" in said and "a fresh machine trains its stage" in said
+    assert "not shipping cct-bbb.partial.pt (step 41, 0.0 MB)" in said and "trains its stage from step 0" in said
 
 
 def test_pause_at_ships_what_the_stopped_command_saved_and_starts_nothing_after_it(tmp_path, monkeypatch, capsys):
