@@ -178,8 +178,8 @@ def progress(plan: list[tuple[int, Point]], times: dict[tuple[str, int], float],
     (:func:`expected_seconds`).  Where ``base_state(seed, point)`` (:func:`default_base_state`) says a seed's
     dense base is neither cached nor shipped, and its own command has rows, the first pending command that
     loads it is charged the base's own time (:func:`base_seconds`), once per seed; where ``model_state(seed,
-    point)`` (:func:`evaluated_model_state`) says the model an evaluation-only command evaluates is not here, and
-    that model's command has rows, the command is charged that command's time (:func:`model_seconds`)."""
+    point)`` (:func:`evaluated_model_state`) says the model an evaluation-only command evaluates is not here,
+    the command is charged that model's command's time (:func:`model_seconds`) as :func:`model_charged` says."""
     measured = estimates(times)
     trained = trained or {}
     share = share or (lambda seed, point: 1.0)
@@ -329,8 +329,7 @@ def evaluated_model_state(seed: int, point: Point) -> bool | None:
         return None
     import campaign_estimate
 
-    _, stages = campaign_estimate.command_stages(seed, point, 1)
-    return not any(stage.state.startswith("to train") and not stage.base for stage in stages)
+    return all(stage == "dense:base" for stage, _ in campaign_estimate.stages_to_train(seed, point, 1))
 
 
 def model_charged(seed: int, point: Point, plan: list[tuple[int, Point]], measured: dict[str, float],
