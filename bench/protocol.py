@@ -298,6 +298,7 @@ class StageStatus:
     steps: int
     state: str
     done: int  # the step training resumes at
+    path: Path  # its checkpoint in the run's cache (``RunContext.stage_path``), which may not exist yet
 
     @property
     def steps_left(self) -> int:
@@ -312,13 +313,15 @@ def plan_status(method: "Method", the_plan: Plan, reference: bool = False) -> li
 
     def base(key: Any) -> StageStatus:
         return StageStatus(True, base_stage_name(), int(task.base_budget()["steps"]),
-                           *_stage_status(run, "dense", base_stage_name(), key))
+                           *_stage_status(run, "dense", base_stage_name(), key),
+                           run.stage_path("dense", base_stage_name(), key))
 
     out = [base(the_plan.parent_key)] if the_plan.starts_from == "base" else []
     for planned in the_plan.stages:
         if planned.steps:
             status = _stage_status(run, run.method, planned.stage.name, planned.key)
-            out.append(StageStatus(False, planned.stage.name, int(planned.steps), *status))
+            out.append(StageStatus(False, planned.stage.name, int(planned.steps), *status,
+                                   run.stage_path(run.method, planned.stage.name, planned.key)))
     if reference and the_plan.starts_from != "base":
         out.append(base(run.base_key(task)))
     return out

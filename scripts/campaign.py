@@ -606,15 +606,17 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
     return 1 if failed else 0
 
 
-def pause_and_ship(seed: int, point: Point, line: list[str], since: float, commit: bool, nproc: int = 1) -> None:
-    """``--pause-at``: ship the checkpoints the stopped command saved, and commit them with --commit.  A stop
-    signal meanwhile waits until the files are written (what is shipped is whole)."""
+def pause_and_ship(seed: int, point: Point, line: list[str], commit: bool, nproc: int = 1) -> None:
+    """``--pause-at``: ship what the stopped command saved of its plan's stages (in this launch or an earlier
+    one), and commit it with --commit.  A stop signal meanwhile waits until the files are written (what is
+    shipped is whole)."""
+    import campaign_estimate
     from bench import signals
 
     with signals.deferred():
         campaign_partials.drop_finished(point.task)  # stale ones first: they count against the size limit
-        shipped = campaign_partials.ship(point.task, since, shlex.join(launch(line, nproc)[1:]) if nproc > 1
-                                         else shlex.join(line))
+        shipped = campaign_partials.ship(campaign_estimate.stage_checkpoints(seed, point),
+                                         shlex.join(launch(line, nproc)[1:]) if nproc > 1 else shlex.join(line))
     if shipped and commit:
         commit_paths(["artifacts"], f"partial: {shlex.join(command(seed, point))} paused; it resumes from the "
                                     "shipped checkpoint (scripts/campaign.py --pause-at --commit)")
@@ -778,7 +780,7 @@ def run_command(seed: int, point: Point, line: list[str], args: argparse.Namespa
     seconds = time.time() - start
     print(f"[campaign] rc={rc} after {seconds:.0f} s", flush=True)
     if rc == 130 and pause is not None and dt.datetime.now(dt.timezone.utc) >= pause:  # paused, not Ctrl-C
-        pause_and_ship(seed, point, line, start, args.commit, args.nproc)
+        pause_and_ship(seed, point, line, args.commit, args.nproc)
     if rc == 0:
         if not campaign_partials.drop_finished(point.task):  # it resumed: its wall time covers part of it
             record_time(times, seed, point, seconds, args.nproc)

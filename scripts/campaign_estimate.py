@@ -122,6 +122,12 @@ def command_stages(seed: int, point: Point, threads: int) -> tuple[str, list]:
     return method_name, protocol.plan_status(method, protocol.plan(method), runner.loads_dense_base(task, run.cfg))
 
 
+def stage_checkpoints(seed: int, point: Point) -> list[Path]:
+    """The checkpoints in this checkout's cache of every stage a command of ``point`` at ``seed`` trains or
+    loads (:func:`command_stages`; they may not exist yet).  A stage's key does not depend on the thread count."""
+    return [stage.path for stage in command_stages(seed, point, 1)[1]]
+
+
 def share_left(seed: int, point: Point, threads: int) -> float:
     """The share of its training a command has left when one of its stages resumes part-way (from the
     cache's checkpoint or a shipped one), else 1.0: the steps left over the steps of the stages it trains

@@ -1,11 +1,12 @@
 """Unfinished commands that outlive a machine (``scripts/campaign.py --pause-at``).
 
 A command paused by the campaign saves its running stage's resumable checkpoint in the cache; :func:`ship`
-copies it under ``artifacts/`` with the stages the command finished before it (bench/artifacts.py:
-``export_partial``), so that the same command on a later session's fresh machine resumes from that step
-instead of starting over.  Once the command has its rows, :func:`drop_finished` removes what it shipped.
-What ships stays within the repository's limit on shipped files (:data:`SHIPPED_LIMIT`); every shipped version
-also stays in git history (a pause adds about three times its model's size).
+copies it under ``artifacts/`` with the stages of the command's plan finished before it, in this launch or an
+earlier one (bench/artifacts.py: ``export_partial``), so that the same command on a later session's fresh
+machine resumes from that step instead of starting over.  Once the command has its rows, :func:`drop_finished`
+removes what it shipped.  What ships stays within the repository's limit on shipped files
+(:data:`SHIPPED_LIMIT`); every shipped version also stays in git history (a pause adds about three times its
+model's size).
 """
 
 from __future__ import annotations
@@ -26,20 +27,18 @@ def shipped_bytes(artifacts_root: Path | None = None) -> int:
     return sum(p.stat().st_size for pattern in ("*.safetensors", "*.partial.pt") for p in root.rglob(pattern))
 
 
-def ship(task: str, since: float, command: str, cache: Path = CACHE, artifacts_root: Path | None = None) -> list[Path]:
-    """Ship the stage checkpoints of ``task`` written in ``cache`` since ``since`` (a time.time()) by a command
-    that did not finish: its finished stages first (unless shipped as trained bases already), then its
-    resumable ones; each unless another process holds its stage lock (training it now) or it would take the
-    shipped files past :data:`SHIPPED_LIMIT`.  The paths written."""
+def ship(stages: list[Path], command: str, artifacts_root: Path | None = None) -> list[Path]:
+    """Ship what a command that did not finish saved of its stages (``stages``: their checkpoints in the cache,
+    ``<cache>/<task>/<owner>/<name>-<key>.pt``, in the order it trains them): each finished stage, then each
+    resumable checkpoint.  A stage is passed over when nothing of it is saved, when it ships already (as
+    trained weights, or as this same finished stage or step), when another process holds its stage lock
+    (training it now), or when it would take the shipped files past :data:`SHIPPED_LIMIT`.  The paths written."""
     from bench import artifacts, provenance
 
     written = []
     machine = f"{provenance.device_name('cpu')}, {os.cpu_count()} CPUs"
-    for path in _stage_files(cache / task, since):
-        ckpt = artifacts.stage_of(path)
-        if artifacts.find(ckpt, artifacts_root) is not None or _locked(ckpt):
-            continue
-        old = artifacts.shipped_partial_path(ckpt, artifacts_root)
+    for path in _saved(stages, artifacts_root):
+        old = artifacts.shipped_partial_path(artifacts.stage_of(path), artifacts_root)
         grows = path.stat().st_size - (old.stat().st_size if old.exists() else 0)
         if shipped_bytes(artifacts_root) + grows > SHIPPED_LIMIT:
             start = f"step {_step(old)} (shipped before)" if old.exists() else "step 0"
@@ -53,11 +52,27 @@ def ship(task: str, since: float, command: str, cache: Path = CACHE, artifacts_r
     return written
 
 
-def _stage_files(folder: Path, since: float) -> list[Path]:
-    """Stage checkpoints under ``folder`` (``<owner>/<name>-<key>.pt`` and ``.partial.pt``) modified since
-    ``since``: the finished ones first."""
-    found = [p for p in folder.glob("*/*.pt") if p.stat().st_mtime >= since]
-    return sorted(found, key=lambda p: (p.name.endswith(".partial.pt"), str(p)))
+def _saved(stages: list[Path], artifacts_root: Path | None) -> list[Path]:
+    """The files to ship of ``stages``: the finished checkpoint where there is one, else the resumable one;
+    the finished ones first.  Left out: stages with neither, stages shipped as trained weights, stages whose
+    shipped checkpoint holds what the cache does (finished, or the same step), and stages another process
+    is training."""
+    from bench import artifacts, checkpoints, protocol
+
+    finished, resumable = [], []
+    for ckpt in stages:
+        partial = checkpoints.partial_path(ckpt)
+        if artifacts.find(ckpt, artifacts_root) is not None or _locked(ckpt):
+            continue
+        shipped = artifacts.find_partial(ckpt, artifacts_root)
+        if ckpt.exists():
+            if not (shipped and shipped.meta.get("finished")):
+                finished.append(ckpt)
+        elif partial.exists():
+            if not (shipped and not shipped.meta.get("finished")
+                    and int(shipped.meta["step"]) == protocol.saved_step(partial)):
+                resumable.append(partial)
+    return finished + resumable
 
 
 def _locked(ckpt: Path) -> bool:

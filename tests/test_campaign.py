@@ -1059,8 +1059,10 @@ def _fake_partial(path, step: int, size: int = 10) -> None:
                 "time_s": 1.5, "loss_ema": 0.1}, path)
 
 
-def test_partials_written_since_the_command_started_ship_and_go_once_their_stage_is_finished(tmp_path, monkeypatch,
-                                                                                            capsys):
+def test_the_saved_stages_of_the_paused_commands_plan_ship_and_go_once_their_stage_is_finished(tmp_path, monkeypatch,
+                                                                                              capsys):
+    """What ships is chosen by the command's plan, not by when it was saved: a stage finished in an earlier
+    launch of the same command ships too, another command's checkpoint does not."""
     import torch
 
     _campaign()
@@ -1068,27 +1070,30 @@ def test_partials_written_since_the_command_started_ship_and_go_once_their_stage
     from bench import artifacts
 
     cache, root = tmp_path / "cache", tmp_path / "artifacts"
-    old = cache / "imagenet" / "acm" / "gates-aaa.partial.pt"
-    _fake_partial(old, 3)
-    since = time.time() + 1
-    new = cache / "imagenet" / "cct" / "cct-bbb.partial.pt"
-    _fake_partial(new, 40)
-    import os
-
-    os.utime(old, (since - 10, since - 10))
-    os.utime(new, (since + 1, since + 1))
-    shipped = partials.ship("imagenet", since, "python -m bench run method=cct", cache, root)
-    assert shipped == [root / "imagenet" / "cct" / "cct-bbb.partial.pt"]
-    found = artifacts.find_partial(cache / "imagenet" / "cct" / "cct-bbb.pt", root)
+    other = cache / "imagenet" / "acm" / "gates-aaa.partial.pt"  # another command's
+    _fake_partial(other, 3)
+    earlier = cache / "imagenet" / "cct" / "distill-ddd.pt"  # finished before the command was relaunched
+    earlier.parent.mkdir(parents=True)
+    torch.save({"model": {"w": torch.zeros(4)}, "steps": 20, "time_s": 2.0}, earlier)
+    running = cache / "imagenet" / "cct" / "cct-bbb.pt"
+    resumable = running.with_name("cct-bbb.partial.pt")
+    _fake_partial(resumable, 40)
+    stages = [cache / "imagenet" / "dense" / "base-eee.pt", earlier, running]  # the base: nothing saved here
+    shipped = partials.ship(stages, "python -m bench run method=cct", root)
+    assert shipped == [root / "imagenet" / "cct" / "distill-ddd.partial.pt",
+                       root / "imagenet" / "cct" / "cct-bbb.partial.pt"]
+    found = artifacts.find_partial(running, root)
     assert found.meta["step"] == 40 and found.meta["command"] == "python -m bench run method=cct"
-    assert partials.drop_finished("imagenet", cache, root) == []  # not finished here yet
-    torch.save({"model": {"w": torch.zeros(10)}, "steps": 50}, cache / "imagenet" / "cct" / "cct-bbb.pt")
-    assert partials.drop_finished("imagenet", cache, root) == shipped and not shipped[0].exists()
+    assert artifacts.find_partial(earlier, root).meta["finished"]
+    assert partials.ship(stages, "python -m bench run method=cct", root) == []  # nothing new since: no new files
+    assert partials.drop_finished("imagenet", cache, root) == [root / "imagenet" / "cct" / "distill-ddd.partial.pt"]
+    torch.save({"model": {"w": torch.zeros(10)}, "steps": 50}, running)
+    assert partials.drop_finished("imagenet", cache, root) == [shipped[1]] and not shipped[1].exists()
+    running.unlink()
     monkeypatch.setattr(partials, "SHIPPED_LIMIT", 100)  # a checkpoint that would pass the limit stays here
-    _fake_partial(new, 41)
-    os.utime(new, (since + 1, since + 1))
+    _fake_partial(resumable, 41)
     capsys.readouterr()
-    assert partials.ship("imagenet", since, "", cache, root) == []
+    assert partials.ship(stages[2:], "", root) == []
     said = capsys.readouterr().out
     assert "not shipping cct-bbb.partial.pt (step 41, 0.0 MB)" in said and "trains its stage from step 0" in said
 
@@ -1099,7 +1104,7 @@ def test_pause_at_ships_what_the_stopped_command_saved_and_starts_nothing_after_
     campaign = _campaign()
     ran, shipped = [], []
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
-    monkeypatch.setattr(campaign.campaign_partials, "ship", lambda task, since, line: shipped.append(task) or [])
+    monkeypatch.setattr(campaign.campaign_partials, "ship", lambda stages, line: shipped.append(stages) or [])
     monkeypatch.setattr(campaign.campaign_partials, "drop_finished", lambda task: [])
 
     def stopped_at(line, seed, point, shipper, nproc=1, pause_at=None):
@@ -1113,7 +1118,8 @@ def test_pause_at_ships_what_the_stopped_command_saved_and_starts_nothing_after_
     soon = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1)
     monkeypatch.setattr(campaign, "utc_clock", lambda text: soon)
     assert campaign.main([*args, "--pause-at", "08:00"]) == 130
-    assert len(ran) == 1 and ran[0] == soon.timestamp() and shipped == ["parity"]
+    assert len(ran) == 1 and ran[0] == soon.timestamp() and len(shipped) == 1  # the stages of its plan
+    assert shipped[0] and all(path.parent.parent.name == "parity" for path in shipped[0])
     ran.clear()
     shipped.clear()  # a Ctrl-C before the pause time stops the campaign but ships nothing
     monkeypatch.setattr(campaign, "utc_clock", lambda text: dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1))
@@ -1156,8 +1162,9 @@ def test_a_stage_another_process_is_training_is_not_shipped(tmp_path):
     busy = cache / "imagenet" / "acm" / "e2e-ccc.partial.pt"
     _fake_partial(busy, 7)
     with FileLock(str(cache / "imagenet" / "acm" / "e2e-ccc.pt.lock")):
-        assert partials.ship("imagenet", 0.0, "", cache, root) == []
-    assert partials.ship("imagenet", 0.0, "", cache, root) == [root / "imagenet" / "acm" / "e2e-ccc.partial.pt"]
+        assert partials.ship([cache / "imagenet" / "acm" / "e2e-ccc.pt"], "", root) == []
+    assert partials.ship([cache / "imagenet" / "acm" / "e2e-ccc.pt"], "", root) == [
+        root / "imagenet" / "acm" / "e2e-ccc.partial.pt"]
 
 
 def test_ranks_started_by_torchrun_are_stopped_with_sigterm(tmp_path, monkeypatch):
