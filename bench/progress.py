@@ -1,8 +1,9 @@
 """Progress of a long loop: a tqdm bar on a terminal, a plain log line now and then everywhere else.
 
 Redirected to a file or a pipe (a batch job's log, ``nohup``), a bar's carriage-return redraws make
-megabytes of one line; there the progress is a ``[bench]`` log line every :data:`LINE_EVERY_S` seconds and
-one at the end.  ``BENCH_QUIET=1`` turns both off.
+megabytes of one line; there the progress is a ``[bench]`` log line every :data:`LINE_EVERY_S` seconds (with
+the time left at the rate since the loop started, as tqdm's bar shows it) and one at the end.
+``BENCH_QUIET=1`` turns both off.
 """
 
 from __future__ import annotations
@@ -41,11 +42,20 @@ class LineProgress:
         self.last = time.perf_counter()
         rate = (self.n - self.start_n) / max(self.last - self.start, 1e-9)
         done = f"{self.n}/{self.total} {self.unit} ({self.n / self.total:.0%})" if self.total else f"{self.n} {self.unit}"
-        log.info("%s: %s, %.1f/s%s", self.desc, done, rate, f", {self.postfix}" if self.postfix else "")
+        left = f", {time_left((self.total - self.n) / rate)}" if self.total and rate > 0 and self.n < self.total else ""
+        log.info("%s: %s, %.1f/s%s%s", self.desc, done, rate, f", {self.postfix}" if self.postfix else "", left)
 
     def close(self) -> None:
         if self.n > self.start_n:
             self._line()
+
+
+def time_left(seconds: float) -> str:
+    """``seconds`` still to run at the rate so far, as a log line says it ("about 3 h 05 min left")."""
+    if seconds < 90:
+        return f"about {seconds:.0f} s left"
+    minutes = round(seconds / 60)
+    return f"about {minutes // 60} h {minutes % 60:02d} min left" if minutes >= 60 else f"about {minutes} min left"
 
 
 def progress(total: int | None = None, desc: str = "", initial: int = 0, enabled: bool = True,
