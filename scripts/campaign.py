@@ -606,6 +606,21 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
     return 1 if failed else 0
 
 
+def own_seconds(seed: int, point: Point, seconds: float, base_on_its_way: bool) -> float:
+    """The wall seconds of a finished command to record as its point's time: less the training time of its
+    seed's dense base where the command trained that on its way (``base_on_its_way``: neither cached nor
+    shipped when it started), which the estimates add on their own where a later command needs it."""
+    if not base_on_its_way:
+        return seconds
+    import torch
+
+    base_s = float(torch.load(base_checkpoint(seed, point.task), map_location="cpu", weights_only=True,
+                              mmap=True)["time_s"])
+    print(f"[campaign] recorded {max(seconds - base_s, 0.0):.0f} s: the wall time less the {base_s:.0f} s its "
+          "seed's dense base trained on its way", flush=True)
+    return max(seconds - base_s, 0.0)
+
+
 def pause_and_ship(seed: int, point: Point, line: list[str], commit: bool, nproc: int = 1) -> None:
     """``--pause-at``: ship what the stopped command saved of its plan's stages (in this launch or an earlier
     one), and commit it with --commit.  A stop signal meanwhile waits until the files are written (what is
@@ -775,6 +790,7 @@ def run_command(seed: int, point: Point, line: list[str], args: argparse.Namespa
     finished, its wall time (unless it resumed from shipped checkpoints), its base (``--export-bases``) and
     its commit (``--commit``).  Its exit code."""
     record(times, seed, point, START, args.nproc)
+    base_on_its_way = not is_base(point) and default_base_state(seed, point) is False
     start = time.time()
     rc = run_in_foreground(line, seed, point, shipper, args.nproc, pause.timestamp() if pause else None)
     seconds = time.time() - start
@@ -783,7 +799,7 @@ def run_command(seed: int, point: Point, line: list[str], args: argparse.Namespa
         pause_and_ship(seed, point, line, args.commit, args.nproc)
     if rc == 0:
         if not campaign_partials.drop_finished(point.task):  # it resumed: its wall time covers part of it
-            record_time(times, seed, point, seconds, args.nproc)
+            record_time(times, seed, point, own_seconds(seed, point, seconds, base_on_its_way), args.nproc)
         if args.export_bases and (is_base(point) or starts_from_base(point)):
             export_new_base(seed, point.task, None if is_base(point) else line)
         if args.commit:

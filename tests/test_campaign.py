@@ -1138,6 +1138,32 @@ def test_pause_at_ships_what_the_stopped_command_saved_and_starts_nothing_after_
     assert "is not a UTC time HH:MM" in capsys.readouterr().err
 
 
+def test_a_command_that_trained_its_seeds_base_on_its_way_records_its_wall_time_less_the_bases(tmp_path, monkeypatch,
+                                                                                              capsys):
+    """The estimates add a seed's base on their own where a later command needs it: a recorded time that held
+    it would count it twice there, and once too often where the base is cached."""
+    import torch
+
+    campaign = _campaign()
+    base = tmp_path / "base.pt"
+    torch.save({"model": {}, "steps": 10, "time_s": 400.0, "final_loss": 0.1}, base)
+    monkeypatch.setattr(campaign, "base_checkpoint", lambda seed, task: base)
+    point = campaign.Point("parity", ("method=act",))
+    assert campaign.own_seconds(0, point, 1000.0, True) == 600.0
+    assert campaign.own_seconds(0, point, 1000.0, False) == 1000.0
+    assert campaign.own_seconds(0, point, 300.0, True) == 0.0
+    assert "recorded 0 s: the wall time less the 400 s its seed's dense base trained" in capsys.readouterr().out
+    times = tmp_path / "t.tsv"  # through the campaign: whether the base was there is read before the command
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
+    monkeypatch.setattr(campaign.campaign_partials, "drop_finished", lambda task: [])
+    states = iter([False])
+    monkeypatch.setattr(campaign, "default_base_state", lambda seed, point: next(states))
+    monkeypatch.setattr(campaign, "run_in_foreground", lambda *a, **k: 0)
+    assert campaign.main(["--task", "parity", "--seeds", "0", "--match", "method=act", "--match", "act.tau=1e-2 ",
+                          "--times", str(times)]) == 0
+    assert "the wall time less the 400 s" in capsys.readouterr().out
+
+
 def test_a_command_that_resumed_from_a_shipped_checkpoint_records_no_wall_time(tmp_path, monkeypatch):
     """Its wall time covers the part trained here only: recorded, it would make later estimates too short."""
     campaign = _campaign()
