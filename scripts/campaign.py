@@ -7,7 +7,7 @@ one training at a time (the machine has 2 cores).
     python scripts/campaign.py --until 06:50 --fill   # skip what does not fit, run what does
     python scripts/campaign.py --jobs 2 --match recipe=paper --seeds 0   # two one-thread trainings at once
     python scripts/campaign.py --nproc 2 --match "method=cct task=imagenet"  # one training on two ranks (DDP)
-    python scripts/campaign.py --pause-at 08:20 --commit   # at 08:20 stop and ship the unfinished stage
+    python scripts/campaign.py --pause-at 08:20 --commit   # at 08:20 stop and ship what the command saved
 
 The campaign is resumable: a command whose rows all exist is skipped (:func:`has_rows`, the test ``bench
 run`` applies) and an interrupted training resumes from its checkpoint, so running the script again
@@ -19,8 +19,9 @@ commands into a session (its machine, and a training cut off at its end, do not 
 ``--task`` and ``--match`` restrict the plan; ``--jobs N`` runs N commands at once, each on its share of the
 CPUs (:func:`run_parallel`); ``--nproc N`` trains each one-at-a-time command on N data-parallel ranks
 (torchrun, one thread each: for one long training, which the ranks finish sooner than one process does);
-``--pause-at HH:MM`` stops the running command at that time and ships its unfinished stages' resumable
-checkpoints (scripts/campaign_partials.py), so the same command on a later machine resumes from that step;
+``--pause-at HH:MM`` stops the running command at that time and ships its running stage's resumable
+checkpoint and the stages of its plan it finished (scripts/campaign_partials.py), so the same command on a
+later machine resumes from that step;
 ``--export-bases`` ships every dense base the campaign trains as soon as it is
 trained (:class:`BaseShipper`), so that a later session's fresh machine starts from it; ``--commit`` commits
 each finished command's rows, shipped base and wall time (:func:`commit_finished`).  SIGINT or SIGTERM stops
@@ -587,7 +588,7 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
                 print(f"[campaign] {job.index}/{len(plan)} rc={rc} after {seconds:.0f} s (log: {job.log})",
                       flush=True)
                 if rc == 0:
-                    if not campaign_partials.drop_finished(job.point.task):  # a resumed command ran part of it
+                    if not settle_shipped(job.seed, job.point):  # a resumed command ran part of it
                         record_time(times, job.seed, job.point, seconds)
                     if export_bases and (is_base(job.point) or starts_from_base(job.point)):
                         export_new_base(job.seed, job.point.task, None if is_base(job.point) else job.line)
@@ -621,6 +622,24 @@ def own_seconds(seed: int, point: Point, seconds: float, base_on_its_way: bool) 
     return max(seconds - base_s, 0.0)
 
 
+def settle_shipped(seed: int, point: Point) -> bool:
+    """After a command of ``point`` at ``seed`` finished: whether any of its stages ships as a paused command's
+    checkpoint (it resumed from it or loaded it, so its wall time covers part of its training); those
+    finished here go, unless a planned command of the same task and seed without its rows yet needs them too
+    (the stages a paused command shares with another, such as ACM's distillation)."""
+    import campaign_estimate
+    from bench import artifacts
+
+    stages = campaign_estimate.stage_checkpoints(seed, point)
+    shipped = [ckpt for ckpt in stages if artifacts.find_partial(ckpt) is not None]
+    if not shipped:
+        return False
+    pending = [other for _, other in planned((seed,), (point.task,)) if other != point and not has_rows(seed, other)]
+    needed = {ckpt for other in pending for ckpt in campaign_estimate.stage_checkpoints(seed, other)}
+    campaign_partials.drop_finished(shipped, needed)
+    return True
+
+
 def pause_and_ship(seed: int, point: Point, line: list[str], commit: bool, nproc: int = 1) -> None:
     """``--pause-at``: ship what the stopped command saved of its plan's stages (in this launch or an earlier
     one), and commit it with --commit.  A stop signal meanwhile waits until the files are written (what is
@@ -629,7 +648,6 @@ def pause_and_ship(seed: int, point: Point, line: list[str], commit: bool, nproc
     from bench import signals
 
     with signals.deferred():
-        campaign_partials.drop_finished(point.task)  # stale ones first: they count against the size limit
         shipped = campaign_partials.ship(campaign_estimate.stage_checkpoints(seed, point),
                                          shlex.join(launch(line, nproc)[1:]) if nproc > 1 else shlex.join(line))
     if shipped and commit:
@@ -672,9 +690,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "--jobs 2 gets more steps in all from several commands; the times file keeps its wall times apart "
                              "from one process's)")
     parser.add_argument("--pause-at", default=None, type=clock_time,
-                        help="UTC HH:MM: stop the command running then (it saves its checkpoint) and end; the "
-                             "resumable checkpoints it saved ship under artifacts/ (committed with --commit), so the "
-                             "same command on a later session's fresh machine resumes from that step")
+                        help="UTC HH:MM: stop the command running then (it saves its checkpoint) and end; its "
+                             "resumable checkpoint and the stages it finished ship under artifacts/ (committed with "
+                             "--commit), so the same command on a later session's fresh machine resumes from that "
+                             "step")
     parser.add_argument("--export-bases", action="store_true",
                         help="ship every dense base this machine trains (artifacts/, within 64 MB in all), so a "
                              "later session's fresh machine installs it instead of training it; commit them")
@@ -798,7 +817,7 @@ def run_command(seed: int, point: Point, line: list[str], args: argparse.Namespa
     if rc == 130 and pause is not None and dt.datetime.now(dt.timezone.utc) >= pause:  # paused, not Ctrl-C
         pause_and_ship(seed, point, line, args.commit, args.nproc)
     if rc == 0:
-        if not campaign_partials.drop_finished(point.task):  # it resumed: its wall time covers part of it
+        if not settle_shipped(seed, point):  # it resumed: its wall time covers part of it
             record_time(times, seed, point, own_seconds(seed, point, seconds, base_on_its_way), args.nproc)
         if args.export_bases and (is_base(point) or starts_from_base(point)):
             export_new_base(seed, point.task, None if is_base(point) else line)

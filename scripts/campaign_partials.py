@@ -4,9 +4,9 @@ A command paused by the campaign saves its running stage's resumable checkpoint 
 copies it under ``artifacts/`` with the stages of the command's plan finished before it, in this launch or an
 earlier one (bench/artifacts.py: ``export_partial``), so that the same command on a later session's fresh
 machine resumes from that step instead of starting over.  Once the command has its rows, :func:`drop_finished`
-removes what it shipped.  What ships stays within the repository's limit on shipped files
-(:data:`SHIPPED_LIMIT`); every shipped version also stays in git history (a pause adds about three times its
-model's size).
+removes what it shipped (but what another pending command still needs).  What ships stays within the
+repository's limit on shipped files (:data:`SHIPPED_LIMIT`); every shipped version also stays in git history
+(a pause adds about three times its model's size).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def ship(stages: list[Path], command: str, artifacts_root: Path | None = None) -
     trained weights, or as this same finished stage or step), when another process holds its stage lock
     (training it now), or when it would take the shipped files past :data:`SHIPPED_LIMIT`.  The paths written."""
     from bench import artifacts, provenance
+    from bench.errors import UserError
 
     written = []
     machine = f"{provenance.device_name('cpu')}, {os.cpu_count()} CPUs"
@@ -46,8 +47,12 @@ def ship(stages: list[Path], command: str, artifacts_root: Path | None = None) -
                   f"the shipped files would pass {SHIPPED_LIMIT >> 20} MB; only this machine's cache holds it, and "
                   f"a fresh machine trains its stage from {start}", flush=True)
             continue
-        written.append(artifacts.export_partial(path, command=command, git_sha=provenance.git_sha(),
-                                                machine=machine, root=artifacts_root))
+        try:
+            written.append(artifacts.export_partial(path, command=command, git_sha=provenance.git_sha(),
+                                                    machine=machine, root=artifacts_root))
+        except UserError as err:  # one unreadable file: the others still ship
+            print(f"[campaign] not shipping {path.name}: {err}", flush=True)
+            continue
         print(f"[campaign] shipped {path.name} (step {_step(written[-1])}): {written[-1]}", flush=True)
     return written
 
@@ -97,15 +102,16 @@ def shipped_for(task: str, artifacts_root: Path | None = None) -> list[Path]:
     return sorted(((artifacts_root or artifacts.ROOT) / task).glob(f"*/*{artifacts.PARTIAL_SUFFIX}"))
 
 
-def drop_finished(task: str, cache: Path = CACHE, artifacts_root: Path | None = None) -> list[Path]:
-    """Remove the shipped resumable checkpoints of ``task`` whose stage is finished in ``cache``; those removed."""
+def drop_finished(stages: list[Path], keep: set[Path] = frozenset(), artifacts_root: Path | None = None) -> list[Path]:
+    """Remove the shipped checkpoints of ``stages`` (a finished command's plan: its stages' checkpoints in the
+    cache) whose stage is finished in the cache, except those of ``keep`` (stages another command still needs:
+    it installs them on a fresh machine); the shipped files removed."""
     from bench import artifacts, train
 
-    root = artifacts_root or artifacts.ROOT
     dropped = []
-    for shipped in shipped_for(task, root):
-        ckpt = cache / task / shipped.parent.name / artifacts.stage_of(shipped).name
-        if train.is_done(ckpt) and artifacts.drop_partial(ckpt, root):
+    for ckpt in stages:
+        shipped = artifacts.shipped_partial_path(ckpt, artifacts_root)
+        if ckpt not in keep and train.is_done(ckpt) and artifacts.drop_partial(ckpt, artifacts_root):
             dropped.append(shipped)
             print(f"[campaign] {ckpt.name} is finished: its shipped checkpoint {shipped.name} is removed", flush=True)
     return dropped

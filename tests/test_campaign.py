@@ -475,6 +475,7 @@ def test_parallel_campaign_starts_bases_first_and_runs_a_base_once(tmp_path, mon
     monkeypatch.setattr(campaign.subprocess, "Popen", Process)
     monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
     monkeypatch.setattr(campaign.time, "sleep", lambda s: None)
+    monkeypatch.setattr(campaign, "settle_shipped", lambda seed, point: False)  # made-up points: no plan to read
     assert campaign.run_parallel(plan, 2, None, tmp_path / "times.tsv", {}, tmp_path / "logs") == 0
     started = [" ".join(p.line) for p in live]
     assert len(started) == 5 and all(p.line[-2] == "threads=1" for p in live)
@@ -1072,30 +1073,78 @@ def test_the_saved_stages_of_the_paused_commands_plan_ship_and_go_once_their_sta
     cache, root = tmp_path / "cache", tmp_path / "artifacts"
     other = cache / "imagenet" / "acm" / "gates-aaa.partial.pt"  # another command's
     _fake_partial(other, 3)
+    base = cache / "imagenet" / "dense" / "base-eee.pt"  # finished here, and shipped as trained weights
+    base.parent.mkdir(parents=True)
+    torch.save({"model": {"w": torch.zeros(4)}, "steps": 20, "time_s": 2.0}, base)
+    weights = artifacts.shipped_path(base, root)
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(b"w")
+    weights.with_suffix(".json").write_text("{}")
+    broken = cache / "imagenet" / "cct" / "embed-fff.pt"  # finished, but not a checkpoint torch can read
+    broken.parent.mkdir(parents=True)
+    broken.write_bytes(b"not a checkpoint")
     earlier = cache / "imagenet" / "cct" / "distill-ddd.pt"  # finished before the command was relaunched
-    earlier.parent.mkdir(parents=True)
     torch.save({"model": {"w": torch.zeros(4)}, "steps": 20, "time_s": 2.0}, earlier)
     running = cache / "imagenet" / "cct" / "cct-bbb.pt"
     resumable = running.with_name("cct-bbb.partial.pt")
     _fake_partial(resumable, 40)
-    stages = [cache / "imagenet" / "dense" / "base-eee.pt", earlier, running]  # the base: nothing saved here
+    stages = [base, broken, earlier, running]
     shipped = partials.ship(stages, "python -m bench run method=cct", root)
     assert shipped == [root / "imagenet" / "cct" / "distill-ddd.partial.pt",
                        root / "imagenet" / "cct" / "cct-bbb.partial.pt"]
+    assert "not shipping embed-fff.pt: cannot ship" in capsys.readouterr().out
+    assert not (root / "imagenet" / "acm").exists() and not artifacts.shipped_partial_path(base, root).exists()
     found = artifacts.find_partial(running, root)
     assert found.meta["step"] == 40 and found.meta["command"] == "python -m bench run method=cct"
     assert artifacts.find_partial(earlier, root).meta["finished"]
+    broken.unlink()
     assert partials.ship(stages, "python -m bench run method=cct", root) == []  # nothing new since: no new files
-    assert partials.drop_finished("imagenet", cache, root) == [root / "imagenet" / "cct" / "distill-ddd.partial.pt"]
+    _fake_partial(resumable, 45)  # trained on: the new step replaces the shipped one
+    assert partials.ship(stages, "python -m bench run method=cct", root) == [shipped[1]]
+    assert artifacts.find_partial(running, root).meta["step"] == 45
+    assert partials.drop_finished(stages, {earlier}, root) == []  # its running stage is not finished
     torch.save({"model": {"w": torch.zeros(10)}, "steps": 50}, running)
-    assert partials.drop_finished("imagenet", cache, root) == [shipped[1]] and not shipped[1].exists()
+    assert partials.drop_finished(stages, {earlier}, root) == [shipped[1]] and not shipped[1].exists()
+    assert artifacts.find_partial(earlier, root) is not None  # another pending command needs it
+    assert partials.drop_finished(stages, set(), root) == [shipped[0]] and not shipped[0].exists()
     running.unlink()
     monkeypatch.setattr(partials, "SHIPPED_LIMIT", 100)  # a checkpoint that would pass the limit stays here
     _fake_partial(resumable, 41)
     capsys.readouterr()
-    assert partials.ship(stages[2:], "", root) == []
+    assert partials.ship(stages[3:], "", root) == []
     said = capsys.readouterr().out
     assert "not shipping cct-bbb.partial.pt (step 41, 0.0 MB)" in said and "trains its stage from step 0" in said
+
+
+def test_a_finished_command_removes_its_shipped_stages_but_those_a_pending_command_shares(tmp_path, monkeypatch):
+    """ACM's points of one seed share their distillation and gates stages: a paused point's shipped copy of
+    them stays while another point without rows needs it (a fresh machine installs it from there)."""
+    import sys
+
+    import torch
+
+    campaign = _campaign()
+    from bench import artifacts
+
+    monkeypatch.setattr(artifacts, "ROOT", tmp_path / "artifacts")
+    cache = tmp_path / "cache" / "imagenet" / "acm"
+    distill, e2e_04, e2e_06 = (cache / f"{name}.pt" for name in ("distill-aaa", "e2e-b0.4-bbb", "e2e-b0.6-ccc"))
+    acm_04, acm_06 = (campaign.Point("imagenet", ("method=acm", f"acm.beta_target={b}")) for b in ("0.4", "0.6"))
+    plans = {acm_04: [distill, e2e_04], acm_06: [distill, e2e_06]}
+    estimate = sys.modules.get("campaign_estimate") or load_script("campaign_estimate")
+    monkeypatch.setattr(estimate, "stage_checkpoints", lambda seed, point: plans.get(point, []))
+    monkeypatch.setattr(campaign, "planned", lambda seeds, tasks: [(2, acm_04), (2, acm_06)])
+    for ckpt in (distill, e2e_04):
+        _fake_partial(ckpt.with_name(ckpt.stem + ".partial.pt"), 5)
+        artifacts.export_partial(ckpt.with_name(ckpt.stem + ".partial.pt"), command="c", git_sha="", machine="m")
+        torch.save({"model": {"w": torch.zeros(2)}, "steps": 9, "time_s": 1.0}, ckpt)  # finished here
+    rows = {acm_06: False}
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: rows.get(point, True))
+    assert campaign.settle_shipped(2, acm_04)  # it resumed from shipped checkpoints
+    assert artifacts.find_partial(e2e_04) is None and artifacts.find_partial(distill) is not None
+    rows[acm_06] = True
+    assert campaign.settle_shipped(2, acm_06) and artifacts.find_partial(distill) is None
+    assert not campaign.settle_shipped(2, acm_06)  # nothing of its plan ships any more
 
 
 def test_pause_at_ships_what_the_stopped_command_saved_and_starts_nothing_after_it(tmp_path, monkeypatch, capsys):
@@ -1105,7 +1154,6 @@ def test_pause_at_ships_what_the_stopped_command_saved_and_starts_nothing_after_
     ran, shipped = [], []
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
     monkeypatch.setattr(campaign.campaign_partials, "ship", lambda stages, line: shipped.append(stages) or [])
-    monkeypatch.setattr(campaign.campaign_partials, "drop_finished", lambda task: [])
 
     def stopped_at(line, seed, point, shipper, nproc=1, pause_at=None):
         ran.append(pause_at)
@@ -1155,7 +1203,7 @@ def test_a_command_that_trained_its_seeds_base_on_its_way_records_its_wall_time_
     assert "recorded 0 s: the wall time less the 400 s its seed's dense base trained" in capsys.readouterr().out
     times = tmp_path / "t.tsv"  # through the campaign: whether the base was there is read before the command
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
-    monkeypatch.setattr(campaign.campaign_partials, "drop_finished", lambda task: [])
+    monkeypatch.setattr(campaign, "settle_shipped", lambda seed, point: False)
     states = iter([False])
     monkeypatch.setattr(campaign, "default_base_state", lambda seed, point: next(states))
     monkeypatch.setattr(campaign, "run_in_foreground", lambda *a, **k: 0)
@@ -1172,9 +1220,9 @@ def test_a_command_that_resumed_from_a_shipped_checkpoint_records_no_wall_time(t
     times = tmp_path / "t.tsv"
     args = ["--task", "parity", "--seeds", "0", "--match", "method=dense", "--times", str(times)]
     # the command's stage had shipped: it is finished now and its shipped checkpoint goes
-    monkeypatch.setattr(campaign.campaign_partials, "drop_finished", lambda task: [tmp_path / "x.partial.pt"])
+    monkeypatch.setattr(campaign, "settle_shipped", lambda seed, point: True)
     assert campaign.main(args) == 0 and campaign.estimates(campaign.read_times(times)) == {}
-    monkeypatch.setattr(campaign.campaign_partials, "drop_finished", lambda task: [])
+    monkeypatch.setattr(campaign, "settle_shipped", lambda seed, point: False)
     fresh = tmp_path / "fresh.tsv"  # (a second start in one file is left out anyway: campaign_times.read_times)
     assert campaign.main([*args[:-1], str(fresh)]) == 0 and campaign.estimates(campaign.read_times(fresh))
 
