@@ -607,19 +607,33 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
     return 1 if failed else 0
 
 
-def own_seconds(seed: int, point: Point, seconds: float, base_on_its_way: bool) -> float:
-    """The wall seconds of a finished command to record as its point's time: less the training time of its
-    seed's dense base where the command trained that on its way (``base_on_its_way``: neither cached nor
-    shipped when it started), which the estimates add on their own where a later command needs it."""
-    if not base_on_its_way:
+def borrowed_stages(seed: int, point: Point) -> list[Path]:
+    """The checkpoints of the stages a command of ``point`` at ``seed`` would train on its way that another
+    point's command trains (and the estimates charge to it where it is missing): its seed's dense base, where
+    neither cached nor shipped, and every stage of the model an evaluation-only point evaluates
+    (:data:`EVALUATES`), where it is not here."""
+    import campaign_estimate
+
+    _, stages = campaign_estimate.command_stages(seed, point, 1)
+    return [stage.path for stage in stages if stage.state.startswith("to train")
+            and ((stage.base and not is_base(point)) or (not stage.base and point in EVALUATES))]
+
+
+def own_seconds(seconds: float, borrowed: list[Path]) -> float:
+    """The wall seconds of a finished command to record as its point's time: less the training time of the
+    ``borrowed`` stages it trained on its way (:func:`borrowed_stages`, read when it started), which the
+    estimates add on their own where a later command needs them."""
+    borrowed = [ckpt for ckpt in borrowed if ckpt.exists()]  # (a command that left one out trained less)
+    if not borrowed:
         return seconds
     import torch
 
-    base_s = float(torch.load(base_checkpoint(seed, point.task), map_location="cpu", weights_only=True,
-                              mmap=True)["time_s"])
-    print(f"[campaign] recorded {max(seconds - base_s, 0.0):.0f} s: the wall time less the {base_s:.0f} s its "
-          "seed's dense base trained on its way", flush=True)
-    return max(seconds - base_s, 0.0)
+    other_s = sum(float(torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)["time_s"])
+                  for ckpt in borrowed)
+    print(f"[campaign] recorded {max(seconds - other_s, 0.0):.0f} s: the wall time less the {other_s:.0f} s of "
+          f"the stages another point's command trains ({', '.join(c.name for c in borrowed)}), trained on its way",
+          flush=True)
+    return max(seconds - other_s, 0.0)
 
 
 def settle_shipped(seed: int, point: Point) -> bool:
@@ -809,7 +823,7 @@ def run_command(seed: int, point: Point, line: list[str], args: argparse.Namespa
     finished, its wall time (unless it resumed from shipped checkpoints), its base (``--export-bases``) and
     its commit (``--commit``).  Its exit code."""
     record(times, seed, point, START, args.nproc)
-    base_on_its_way = not is_base(point) and default_base_state(seed, point) is False
+    borrowed = borrowed_stages(seed, point)
     start = time.time()
     rc = run_in_foreground(line, seed, point, shipper, args.nproc, pause.timestamp() if pause else None)
     seconds = time.time() - start
@@ -818,7 +832,7 @@ def run_command(seed: int, point: Point, line: list[str], args: argparse.Namespa
         pause_and_ship(seed, point, line, args.commit, args.nproc)
     if rc == 0:
         if not settle_shipped(seed, point):  # it resumed: its wall time covers part of it
-            record_time(times, seed, point, own_seconds(seed, point, seconds, base_on_its_way), args.nproc)
+            record_time(times, seed, point, own_seconds(seconds, borrowed), args.nproc)
         if args.export_bases and (is_base(point) or starts_from_base(point)):
             export_new_base(seed, point.task, None if is_base(point) else line)
         if args.commit:

@@ -1186,30 +1186,51 @@ def test_pause_at_ships_what_the_stopped_command_saved_and_starts_nothing_after_
     assert "is not a UTC time HH:MM" in capsys.readouterr().err
 
 
-def test_a_command_that_trained_its_seeds_base_on_its_way_records_its_wall_time_less_the_bases(tmp_path, monkeypatch,
-                                                                                              capsys):
-    """The estimates add a seed's base on their own where a later command needs it: a recorded time that held
-    it would count it twice there, and once too often where the base is cached."""
+def test_a_command_records_its_wall_time_less_the_stages_it_trained_for_another_point(tmp_path, monkeypatch, capsys):
+    """The estimates add a seed's base (or the model an evaluation-only point evaluates) on their own where a
+    later command needs it: a recorded time that held it would count it twice there, and once too often where
+    it is cached."""
     import torch
 
     campaign = _campaign()
-    base = tmp_path / "base.pt"
+    base, model = tmp_path / "base.pt", tmp_path / "model.pt"
     torch.save({"model": {}, "steps": 10, "time_s": 400.0, "final_loss": 0.1}, base)
-    monkeypatch.setattr(campaign, "base_checkpoint", lambda seed, task: base)
-    point = campaign.Point("parity", ("method=act",))
-    assert campaign.own_seconds(0, point, 1000.0, True) == 600.0
-    assert campaign.own_seconds(0, point, 1000.0, False) == 1000.0
-    assert campaign.own_seconds(0, point, 300.0, True) == 0.0
-    assert "recorded 0 s: the wall time less the 400 s its seed's dense base trained" in capsys.readouterr().out
-    times = tmp_path / "t.tsv"  # through the campaign: whether the base was there is read before the command
+    torch.save({"model": {}, "steps": 10, "time_s": 250.0, "final_loss": 0.1}, model)
+    assert campaign.own_seconds(1000.0, [base]) == 600.0
+    assert campaign.own_seconds(1000.0, [base, model]) == 350.0
+    assert campaign.own_seconds(1000.0, []) == campaign.own_seconds(1000.0, [tmp_path / "not-trained.pt"]) == 1000.0
+    assert campaign.own_seconds(300.0, [base]) == 0.0
+    assert "recorded 0 s: the wall time less the 400 s of the stages another point's command trains (base.pt)" in (
+        capsys.readouterr().out)
+    times = tmp_path / "t.tsv"  # through the campaign: what it trains for others is read before the command
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
     monkeypatch.setattr(campaign, "settle_shipped", lambda seed, point: False)
-    states = iter([False])
-    monkeypatch.setattr(campaign, "default_base_state", lambda seed, point: next(states))
+    plans = iter([[], [base]])  # the parity base's command, then ACT's
+    monkeypatch.setattr(campaign, "borrowed_stages", lambda seed, point: next(plans))
     monkeypatch.setattr(campaign, "run_in_foreground", lambda *a, **k: 0)
     assert campaign.main(["--task", "parity", "--seeds", "0", "--match", "method=act", "--match", "act.tau=1e-2 ",
                           "--times", str(times)]) == 0
     assert "the wall time less the 400 s" in capsys.readouterr().out
+
+
+def test_the_stages_trained_for_another_point_are_the_missing_base_and_an_evaluated_model(monkeypatch):
+    import sys
+
+    campaign = _campaign()
+    campaign_estimate = sys.modules.get("campaign_estimate") or load_script("campaign_estimate")
+    from bench import protocol
+
+    def status(base: bool, state: str, name: str):
+        return protocol.StageStatus(base, name, 10, state, 0, campaign.ROOT / f"{name}.pt")
+
+    plan = [status(True, "to train", "base"), status(False, "to train from step 3 of its checkpoint", "cct"),
+            status(False, "cached", "other")]
+    monkeypatch.setattr(campaign_estimate, "command_stages", lambda seed, point, threads: ("cct", plan))
+    pairing = next(iter(campaign.EVALUATES))
+    assert [p.name for p in campaign.borrowed_stages(1, pairing)] == ["base.pt", "cct.pt"]
+    method = campaign.EVALUATES[pairing]
+    assert [p.name for p in campaign.borrowed_stages(1, method)] == ["base.pt"]
+    assert campaign.borrowed_stages(1, campaign.PLAN[method.task][0]) == []  # the base's own command
 
 
 def test_a_command_that_resumed_from_a_shipped_checkpoint_records_no_wall_time(tmp_path, monkeypatch):
