@@ -278,6 +278,7 @@ class Job:
     log: Path
     start: float
     line: list[str] = field(default_factory=list)  # the command line it runs
+    started: "Started" = field(default_factory=lambda: Started())  # its plan when it started
 
 
 def loaded_base(seed: int, point: Point):
@@ -568,11 +569,12 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
                 line = command(seed, point, (f"threads={threads}",))
                 log = log_dir / f"{i:03d}-seed{seed}-{point.task}.log"
                 record(times, seed, point, START)
+                plan_then = started(seed, point)
                 print(f"[campaign] {i}/{len(plan)} {now:%H:%M:%S} {shlex.join(line)} (log: {log})", flush=True)
                 with log.open("w") as out:
                     process = subprocess.Popen([sys.executable, *line[1:]], cwd=ROOT, stdout=out,
                                                stderr=subprocess.STDOUT, start_new_session=True)
-                running.append(Job(i, seed, point, process, log, time.time(), line))
+                running.append(Job(i, seed, point, process, log, time.time(), line, plan_then))
                 continue
             if not running:  # nothing runs and nothing may start: a base that failed holds the rest back
                 print(f"[campaign] {len(waiting)} commands wait for a dense base that did not train", flush=True)
@@ -588,8 +590,7 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
                 print(f"[campaign] {job.index}/{len(plan)} rc={rc} after {seconds:.0f} s (log: {job.log})",
                       flush=True)
                 if rc == 0:
-                    if not settle_shipped(job.seed, job.point):  # a resumed command ran part of it
-                        record_time(times, job.seed, job.point, seconds)
+                    record_finished(times, job.seed, job.point, seconds, job.started)
                     if export_bases and (is_base(job.point) or starts_from_base(job.point)):
                         export_new_base(job.seed, job.point.task, None if is_base(job.point) else job.line)
                     if commit:
@@ -607,51 +608,83 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
     return 1 if failed else 0
 
 
-def borrowed_stages(seed: int, point: Point) -> list[Path]:
-    """The checkpoints of the stages a command of ``point`` at ``seed`` would train on its way that another
-    point's command trains (and the estimates charge to it where it is missing): its seed's dense base, where
-    neither cached nor shipped, and every stage of the model an evaluation-only point evaluates
-    (:data:`EVALUATES`), where it is not here."""
+@dataclass
+class Started:
+    """What a command's plan said when it started, for the wall time the campaign records when it ends."""
+    borrowed: dict[Path, float] = field(default_factory=dict)  # stage trained for another point -> seconds in it
+    resumed: bool = False  # one of its own stages came from a paused command's shipped checkpoint
+
+
+def started(seed: int, point: Point) -> Started:
+    """Read a command's plan as it starts (``campaign_estimate.command_stages``): the stages it will train on
+    its way that another point's command trains (its seed's default dense base, where neither cached nor
+    shipped; the model an evaluation-only point evaluates, :data:`EVALUATES`), each with the training seconds
+    its checkpoint holds already (a resumed one), and whether one of its own stages is installed from a
+    paused command's shipped checkpoint (its wall time then covers part of its training).  A point whose plan
+    cannot be read is left to ``bench run`` to report: nothing borrowed, not resumed."""
     import campaign_estimate
 
-    _, stages = campaign_estimate.command_stages(seed, point, 1)
-    return [stage.path for stage in stages if stage.state.startswith("to train")
-            and ((stage.base and not is_base(point)) or (not stage.base and point in EVALUATES))]
+    try:
+        _, stages = campaign_estimate.command_stages(seed, point, 1)
+        default_base = base_checkpoint(seed, point.task)
+    except Exception:
+        return Started()
+    out = Started()
+    for stage in stages:
+        if (stage.base and stage.path == default_base and not is_base(point)) or (
+                not stage.base and point in EVALUATES):
+            if stage.state.startswith("to train"):
+                out.borrowed[stage.path] = campaign_partials.seconds_saved(stage.path)
+        elif campaign_partials.from_shipped(stage.path, stage.state):
+            out.resumed = True
+    return out
 
 
-def own_seconds(seconds: float, borrowed: list[Path]) -> float:
-    """The wall seconds of a finished command to record as its point's time: less the training time of the
-    ``borrowed`` stages it trained on its way (:func:`borrowed_stages`, read when it started), which the
-    estimates add on their own where a later command needs them."""
-    borrowed = [ckpt for ckpt in borrowed if ckpt.exists()]  # (a command that left one out trained less)
-    if not borrowed:
-        return seconds
+def own_seconds(seconds: float, borrowed: dict[Path, float]) -> float | None:
+    """The wall seconds of a finished command to record as its point's time: less the training the
+    ``borrowed`` stages got in it (:func:`started`), which the estimates add on their own where a later
+    command needs them; None (nothing to record) when that leaves nothing."""
     import torch
 
-    other_s = sum(float(torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)["time_s"])
-                  for ckpt in borrowed)
-    print(f"[campaign] recorded {max(seconds - other_s, 0.0):.0f} s: the wall time less the {other_s:.0f} s of "
-          f"the stages another point's command trains ({', '.join(c.name for c in borrowed)}), trained on its way",
-          flush=True)
-    return max(seconds - other_s, 0.0)
+    done = {ckpt: before for ckpt, before in borrowed.items() if ckpt.exists()}  # (one left out trained less)
+    if not done:
+        return seconds
+    other_s = sum(float(torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)["time_s"]) - before
+                  for ckpt, before in done.items())
+    names = ", ".join(ckpt.name for ckpt in done)
+    if seconds - other_s <= 0:
+        print(f"[campaign] no wall time recorded: the {other_s:.0f} s of the stages another point's command "
+              f"trains ({names}) take all of its {seconds:.0f} s", flush=True)
+        return None
+    print(f"[campaign] recorded {seconds - other_s:.0f} s: the wall time less the {other_s:.0f} s of the stages "
+          f"another point's command trains ({names}), trained on its way", flush=True)
+    return seconds - other_s
 
 
-def settle_shipped(seed: int, point: Point) -> bool:
-    """After a command of ``point`` at ``seed`` finished: whether any of its stages ships as a paused command's
-    checkpoint (it resumed from it or loaded it, so its wall time covers part of its training); those
-    finished here go, unless a planned command of the same task and seed without its rows yet needs them too
-    (the stages a paused command shares with another, such as ACM's distillation)."""
+def record_finished(times: Path, seed: int, point: Point, seconds: float, start: Started, nproc: int = 1) -> None:
+    """Record a finished command's wall time (:func:`own_seconds`), unless it resumed from shipped checkpoints;
+    then drop the shipped checkpoints no pending command needs any more (:func:`drop_unneeded`)."""
+    if not start.resumed:
+        own = own_seconds(seconds, start.borrowed)
+        if own is not None:
+            record_time(times, seed, point, own, nproc)
+    drop_unneeded(point.task)
+
+
+def drop_unneeded(task: str) -> list[Path]:
+    """Remove the shipped checkpoints of ``task``'s paused commands whose stage is finished here, but those a
+    planned command of the checkpoint's seed without its rows yet needs (a stage that commands share, such
+    as ACM's distillation, or a paused command's own): those it re-ships finished where they shipped part-way."""
     import campaign_estimate
-    from bench import artifacts
 
-    stages = campaign_estimate.stage_checkpoints(seed, point)
-    shipped = [ckpt for ckpt in stages if artifacts.find_partial(ckpt) is not None]
-    if not shipped:
-        return False
-    pending = [other for _, other in planned((seed,), (point.task,)) if other != point and not has_rows(seed, other)]
-    needed = {ckpt for other in pending for ckpt in campaign_estimate.stage_checkpoints(seed, other)}
-    campaign_partials.drop_finished(shipped, needed)
-    return True
+    @functools.cache
+    def needed(seed: int, owner: str) -> frozenset[Path]:
+        pending = [point for _, point in planned((seed,), (task,))
+                   if owner == "dense" or f"method={owner}" in point.overrides]
+        return frozenset(ckpt for point in pending if not has_rows(seed, point)
+                         for ckpt in campaign_estimate.stage_checkpoints(seed, point))
+
+    return campaign_partials.drop_unneeded(task, needed, campaign_partials.CACHE)
 
 
 def pause_and_ship(seed: int, point: Point, line: list[str], commit: bool, nproc: int = 1) -> None:
@@ -662,6 +695,7 @@ def pause_and_ship(seed: int, point: Point, line: list[str], commit: bool, nproc
     from bench import signals
 
     with signals.deferred():
+        drop_unneeded(point.task)  # stale ones first: they count against the size limit (its own are needed)
         shipped = campaign_partials.ship(campaign_estimate.stage_checkpoints(seed, point),
                                          shlex.join(launch(line, nproc)[1:]) if nproc > 1 else shlex.join(line))
     if shipped and commit:
@@ -823,7 +857,7 @@ def run_command(seed: int, point: Point, line: list[str], args: argparse.Namespa
     finished, its wall time (unless it resumed from shipped checkpoints), its base (``--export-bases``) and
     its commit (``--commit``).  Its exit code."""
     record(times, seed, point, START, args.nproc)
-    borrowed = borrowed_stages(seed, point)
+    start_plan = started(seed, point)
     start = time.time()
     rc = run_in_foreground(line, seed, point, shipper, args.nproc, pause.timestamp() if pause else None)
     seconds = time.time() - start
@@ -831,8 +865,7 @@ def run_command(seed: int, point: Point, line: list[str], args: argparse.Namespa
     if rc == 130 and pause is not None and dt.datetime.now(dt.timezone.utc) >= pause:  # paused, not Ctrl-C
         pause_and_ship(seed, point, line, args.commit, args.nproc)
     if rc == 0:
-        if not settle_shipped(seed, point):  # it resumed: its wall time covers part of it
-            record_time(times, seed, point, own_seconds(seconds, borrowed), args.nproc)
+        record_finished(times, seed, point, seconds, start_plan, args.nproc)
         if args.export_bases and (is_base(point) or starts_from_base(point)):
             export_new_base(seed, point.task, None if is_base(point) else line)
         if args.commit:

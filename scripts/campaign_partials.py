@@ -3,16 +3,17 @@
 A command paused by the campaign saves its running stage's resumable checkpoint in the cache; :func:`ship`
 copies it under ``artifacts/`` with the stages of the command's plan finished before it, in this launch or an
 earlier one (bench/artifacts.py: ``export_partial``), so that the same command on a later session's fresh
-machine resumes from that step instead of starting over.  Once the command has its rows, :func:`drop_finished`
-removes what it shipped (but what another pending command still needs).  What ships stays within the
-repository's limit on shipped files (:data:`SHIPPED_LIMIT`); every shipped version also stays in git history
-(a pause adds about three times its model's size).
+machine resumes from that step instead of starting over.  Once its stages are finished, :func:`drop_unneeded`
+removes what it shipped, but what a pending command still needs.  What ships stays within the repository's
+limit on shipped files (:data:`SHIPPED_LIMIT`); every shipped version also stays in git history (a pause adds
+about three times its model's size).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "bench"  # the cache_dir of the campaign's commands (bench's default)
@@ -102,19 +103,65 @@ def shipped_for(task: str, artifacts_root: Path | None = None) -> list[Path]:
     return sorted(((artifacts_root or artifacts.ROOT) / task).glob(f"*/*{artifacts.PARTIAL_SUFFIX}"))
 
 
-def drop_finished(stages: list[Path], keep: set[Path] = frozenset(), artifacts_root: Path | None = None) -> list[Path]:
-    """Remove the shipped checkpoints of ``stages`` (a finished command's plan: its stages' checkpoints in the
-    cache) whose stage is finished in the cache, except those of ``keep`` (stages another command still needs:
-    it installs them on a fresh machine); the shipped files removed."""
+def drop_unneeded(task: str, needed: Callable[[int, str], frozenset[Path]], cache: Path = CACHE,
+                  artifacts_root: Path | None = None) -> list[Path]:
+    """Remove the shipped checkpoints of ``task``'s paused commands whose stage is finished in ``cache``,
+    except those in ``needed(seed, owner)`` (the stages that the planned commands of the seed in the
+    checkpoint's command without rows yet train or load, among those that could hold an ``owner``'s stage):
+    a kept one shipped part-way is replaced by the finished stage.  The shipped files removed."""
+    import json
+
     from bench import artifacts, train
 
     dropped = []
-    for ckpt in stages:
-        shipped = artifacts.shipped_partial_path(ckpt, artifacts_root)
-        if ckpt not in keep and train.is_done(ckpt) and artifacts.drop_partial(ckpt, artifacts_root):
-            dropped.append(shipped)
-            print(f"[campaign] {ckpt.name} is finished: its shipped checkpoint {shipped.name} is removed", flush=True)
+    for shipped in shipped_for(task, artifacts_root):
+        ckpt = cache / task / shipped.parent.name / artifacts.stage_of(shipped).name
+        if not train.is_done(ckpt):
+            continue
+        meta = json.loads(artifacts.partial_meta(shipped).read_text())
+        seed = _seed_of(meta.get("command", ""))
+        if seed is not None and ckpt in needed(seed, shipped.parent.name):
+            if not meta.get("finished"):
+                ship([ckpt], meta["command"], artifacts_root)
+            continue
+        artifacts.drop_partial(ckpt, artifacts_root)
+        dropped.append(shipped)
+        print(f"[campaign] {ckpt.name} is finished and no pending command needs it: its shipped checkpoint "
+              f"{shipped.name} is removed", flush=True)
     return dropped
+
+
+def seconds_saved(ckpt: Path) -> float:
+    """The training seconds that the resumable checkpoint of the stage ``ckpt`` holds already: the cache's
+    own, else a shipped one; 0 without either."""
+    from bench import artifacts, checkpoints
+
+    own = checkpoints.partial_path(ckpt)
+    if own.exists():
+        import torch
+
+        try:
+            return float(torch.load(own, map_location="cpu", weights_only=True, mmap=True)["time_s"])
+        except Exception:  # unreadable: the trainer starts the stage over
+            return 0.0
+    shipped = artifacts.find_partial(ckpt)
+    return float(shipped.meta.get("time_s", 0.0)) if shipped is not None else 0.0
+
+
+def from_shipped(ckpt: Path, state: str) -> bool:
+    """Whether a stage in ``state`` (its plan line's, :func:`bench.protocol.plan_status`) is installed from a
+    paused command's shipped checkpoint: resumed from its step, or a finished stage shipped that way (not as
+    trained weights)."""
+    from bench import artifacts
+
+    return state.endswith("of a shipped checkpoint") or (state == "shipped" and artifacts.find(ckpt) is None)
+
+
+def _seed_of(command: str) -> int | None:
+    import shlex
+
+    seeds = [arg.removeprefix("seed=") for arg in shlex.split(command) if arg.startswith("seed=")]
+    return int(seeds[-1]) if seeds and seeds[-1].isdigit() else None
 
 
 def _saved_at(path: Path) -> str:

@@ -15,6 +15,14 @@ def _campaign():
     return load_script("campaign")
 
 
+@pytest.fixture(autouse=True)
+def _no_real_cache(tmp_path, monkeypatch):
+    """A campaign run in a test looks for finished stages in an empty cache, so it never removes a shipped
+    checkpoint of the repository's artifacts/ (whose stage this machine's .cache may hold)."""
+    partials = sys.modules.get("campaign_partials") or load_script("campaign_partials")
+    monkeypatch.setattr(partials, "CACHE", tmp_path / "empty-cache")
+
+
 def test_every_planned_command_composes_and_passes_the_checks():
     campaign = _campaign()
     todo = campaign.commands(seeds=(0,), settled=campaign.TASK_ORDER)
@@ -475,7 +483,7 @@ def test_parallel_campaign_starts_bases_first_and_runs_a_base_once(tmp_path, mon
     monkeypatch.setattr(campaign.subprocess, "Popen", Process)
     monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
     monkeypatch.setattr(campaign.time, "sleep", lambda s: None)
-    monkeypatch.setattr(campaign, "settle_shipped", lambda seed, point: False)  # made-up points: no plan to read
+    monkeypatch.setattr(campaign, "drop_unneeded", lambda task: [])  # (the repository's artifacts/ untouched)
     assert campaign.run_parallel(plan, 2, None, tmp_path / "times.tsv", {}, tmp_path / "logs") == 0
     started = [" ".join(p.line) for p in live]
     assert len(started) == 5 and all(p.line[-2] == "threads=1" for p in live)
@@ -1089,34 +1097,47 @@ def test_the_saved_stages_of_the_paused_commands_plan_ship_and_go_once_their_sta
     resumable = running.with_name("cct-bbb.partial.pt")
     _fake_partial(resumable, 40)
     stages = [base, broken, earlier, running]
-    shipped = partials.ship(stages, "python -m bench run method=cct", root)
+    command = "python -m bench run method=cct seed=2"
+    shipped = partials.ship(stages, command, root)
     assert shipped == [root / "imagenet" / "cct" / "distill-ddd.partial.pt",
                        root / "imagenet" / "cct" / "cct-bbb.partial.pt"]
     assert "not shipping embed-fff.pt: cannot ship" in capsys.readouterr().out
     assert not (root / "imagenet" / "acm").exists() and not artifacts.shipped_partial_path(base, root).exists()
     found = artifacts.find_partial(running, root)
-    assert found.meta["step"] == 40 and found.meta["command"] == "python -m bench run method=cct"
+    assert found.meta["step"] == 40 and found.meta["command"] == command
     assert artifacts.find_partial(earlier, root).meta["finished"]
     broken.unlink()
-    assert partials.ship(stages, "python -m bench run method=cct", root) == []  # nothing new since: no new files
+    assert partials.ship(stages, command, root) == []  # nothing new since: no new files
     _fake_partial(resumable, 45)  # trained on: the new step replaces the shipped one
-    assert partials.ship(stages, "python -m bench run method=cct", root) == [shipped[1]]
+    assert partials.ship(stages, command, root) == [shipped[1]]
     assert artifacts.find_partial(running, root).meta["step"] == 45
-    assert partials.drop_finished(stages, {earlier}, root) == []  # its running stage is not finished
-    torch.save({"model": {"w": torch.zeros(10)}, "steps": 50}, running)
-    assert partials.drop_finished(stages, {earlier}, root) == [shipped[1]] and not shipped[1].exists()
-    assert artifacts.find_partial(earlier, root) is not None  # another pending command needs it
-    assert partials.drop_finished(stages, set(), root) == [shipped[0]] and not shipped[0].exists()
+    needs = {earlier, running}  # what the seed's pending commands train or load
+    asked = []
+
+    def needed(seed, owner):
+        asked.append((seed, owner))
+        return frozenset(needs)
+
+    assert partials.drop_unneeded("imagenet", needed, cache, root) == []  # its running stage is not finished
+    torch.save({"model": {"w": torch.zeros(10)}, "steps": 50, "time_s": 3.0}, running)
+    assert partials.drop_unneeded("imagenet", needed, cache, root) == []  # finished, and still needed:
+    assert artifacts.find_partial(running, root).meta["finished"]  # the finished stage replaces step 45
+    assert (2, "cct") in asked
+    needs.discard(running)
+    assert partials.drop_unneeded("imagenet", needed, cache, root) == [shipped[1]] and not shipped[1].exists()
+    assert artifacts.find_partial(earlier, root) is not None  # a pending command needs it
+    needs.clear()
+    assert partials.drop_unneeded("imagenet", needed, cache, root) == [shipped[0]] and not shipped[0].exists()
     running.unlink()
     monkeypatch.setattr(partials, "SHIPPED_LIMIT", 100)  # a checkpoint that would pass the limit stays here
     _fake_partial(resumable, 41)
     capsys.readouterr()
-    assert partials.ship(stages[3:], "", root) == []
+    assert partials.ship(stages[3:], command, root) == []
     said = capsys.readouterr().out
     assert "not shipping cct-bbb.partial.pt (step 41, 0.0 MB)" in said and "trains its stage from step 0" in said
 
 
-def test_a_finished_command_removes_its_shipped_stages_but_those_a_pending_command_shares(tmp_path, monkeypatch):
+def test_a_shipped_stage_stays_while_a_planned_command_of_its_seed_without_rows_needs_it(tmp_path, monkeypatch):
     """ACM's points of one seed share their distillation and gates stages: a paused point's shipped copy of
     them stays while another point without rows needs it (a fresh machine installs it from there)."""
     import sys
@@ -1127,24 +1148,72 @@ def test_a_finished_command_removes_its_shipped_stages_but_those_a_pending_comma
     from bench import artifacts
 
     monkeypatch.setattr(artifacts, "ROOT", tmp_path / "artifacts")
+    monkeypatch.setattr(campaign.campaign_partials, "CACHE", tmp_path / "cache")
     cache = tmp_path / "cache" / "imagenet" / "acm"
     distill, e2e_04, e2e_06 = (cache / f"{name}.pt" for name in ("distill-aaa", "e2e-b0.4-bbb", "e2e-b0.6-ccc"))
     acm_04, acm_06 = (campaign.Point("imagenet", ("method=acm", f"acm.beta_target={b}")) for b in ("0.4", "0.6"))
+    moe = campaign.Point("imagenet", ("method=moefication",))
     plans = {acm_04: [distill, e2e_04], acm_06: [distill, e2e_06]}
     estimate = sys.modules.get("campaign_estimate") or load_script("campaign_estimate")
-    monkeypatch.setattr(estimate, "stage_checkpoints", lambda seed, point: plans.get(point, []))
-    monkeypatch.setattr(campaign, "planned", lambda seeds, tasks: [(2, acm_04), (2, acm_06)])
+    looked_up = []
+    monkeypatch.setattr(estimate, "stage_checkpoints", lambda seed, point: looked_up.append(point) or plans[point])
+    monkeypatch.setattr(campaign, "planned", lambda seeds, tasks: [(2, acm_04), (2, acm_06), (2, moe)])
     for ckpt in (distill, e2e_04):
         _fake_partial(ckpt.with_name(ckpt.stem + ".partial.pt"), 5)
-        artifacts.export_partial(ckpt.with_name(ckpt.stem + ".partial.pt"), command="c", git_sha="", machine="m")
+        artifacts.export_partial(ckpt.with_name(ckpt.stem + ".partial.pt"), machine="m", git_sha="",
+                                 command="python -m bench run method=acm task=imagenet seed=2")
         torch.save({"model": {"w": torch.zeros(2)}, "steps": 9, "time_s": 1.0}, ckpt)  # finished here
-    rows = {acm_06: False}
-    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: rows.get(point, True))
-    assert campaign.settle_shipped(2, acm_04)  # it resumed from shipped checkpoints
-    assert artifacts.find_partial(e2e_04) is None and artifacts.find_partial(distill) is not None
+    rows = {acm_04: True, acm_06: False, moe: False}
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: rows[point])
+    assert campaign.drop_unneeded("imagenet") == [tmp_path / "artifacts" / "imagenet" / "acm" /
+                                                  "e2e-b0.4-bbb.partial.pt"]
+    assert artifacts.find_partial(distill) is not None and artifacts.find_partial(distill).meta["finished"]
+    assert moe not in looked_up  # another method's plan cannot hold an ACM stage
     rows[acm_06] = True
-    assert campaign.settle_shipped(2, acm_06) and artifacts.find_partial(distill) is None
-    assert not campaign.settle_shipped(2, acm_06)  # nothing of its plan ships any more
+    assert campaign.drop_unneeded("imagenet") and artifacts.find_partial(distill) is None
+    assert campaign.drop_unneeded("imagenet") == []
+
+
+def test_a_commands_plan_when_it_starts_says_what_it_trains_for_others_and_whether_it_resumes(tmp_path, monkeypatch):
+    import sys
+
+    import torch
+
+    campaign = _campaign()
+    campaign_estimate = sys.modules.get("campaign_estimate") or load_script("campaign_estimate")
+    from bench import artifacts, protocol
+
+    monkeypatch.setattr(artifacts, "ROOT", tmp_path / "artifacts")
+    base = tmp_path / "cache" / "iwslt" / "dense" / "base.pt"
+    monkeypatch.setattr(campaign, "base_checkpoint", lambda seed, task: base)
+    base.parent.mkdir(parents=True)
+
+    def status(is_base: bool, state: str, path):
+        return protocol.StageStatus(is_base, path.stem, 10, state, 0, path)
+
+    model = tmp_path / "cache" / "iwslt" / "cct" / "cct.pt"
+    other_base = tmp_path / "cache" / "iwslt" / "dense" / "b2.pt"
+    _fake_partial(model.with_name("cct.partial.pt"), 3)  # its checkpoint holds 1.5 s of training
+    plans = {"trains": [status(True, "to train", base), status(False, "to train from step 3 of its checkpoint in the "
+                                                                   "cache", model)],
+             "resumes": [status(True, "cached", base), status(False, "to train from step 3 of a shipped checkpoint",
+                                                               model)],
+             "own base": [status(True, "to train", other_base), status(False, "to train", model)]}
+    which = {"plan": "trains"}
+    monkeypatch.setattr(campaign_estimate, "command_stages", lambda seed, point, threads: ("cct", plans[which["plan"]]))
+    pairing = next(iter(campaign.EVALUATES))
+    method = campaign.EVALUATES[pairing]
+    assert campaign.started(1, pairing) == campaign.Started({base: 0.0, model: 1.5}, False)
+    assert campaign.started(1, method) == campaign.Started({base: 0.0}, False)
+    assert campaign.started(1, campaign.PLAN[method.task][0]) == campaign.Started({}, False)  # the base's own
+    which["plan"] = "resumes"
+    assert campaign.started(1, method) == campaign.Started({}, True)
+    which["plan"] = "own base"  # a point whose settings change the base trains a base of its own: not borrowed
+    assert campaign.started(1, method) == campaign.Started({}, False)
+    monkeypatch.setattr(campaign_estimate, "command_stages", lambda *a: 1 / 0)
+    assert campaign.started(1, method) == campaign.Started()  # left to bench run to report
+    torch.save({"model": {}, "steps": 10, "time_s": 400.0}, base)
+    assert campaign.own_seconds(1000.0, {base: 100.0}) == 700.0  # what it trained of it here
 
 
 def test_pause_at_ships_what_the_stopped_command_saved_and_starts_nothing_after_it(tmp_path, monkeypatch, capsys):
@@ -1196,41 +1265,27 @@ def test_a_command_records_its_wall_time_less_the_stages_it_trained_for_another_
     base, model = tmp_path / "base.pt", tmp_path / "model.pt"
     torch.save({"model": {}, "steps": 10, "time_s": 400.0, "final_loss": 0.1}, base)
     torch.save({"model": {}, "steps": 10, "time_s": 250.0, "final_loss": 0.1}, model)
-    assert campaign.own_seconds(1000.0, [base]) == 600.0
-    assert campaign.own_seconds(1000.0, [base, model]) == 350.0
-    assert campaign.own_seconds(1000.0, []) == campaign.own_seconds(1000.0, [tmp_path / "not-trained.pt"]) == 1000.0
-    assert campaign.own_seconds(300.0, [base]) == 0.0
-    assert "recorded 0 s: the wall time less the 400 s of the stages another point's command trains (base.pt)" in (
+    assert campaign.own_seconds(1000.0, {base: 0.0}) == 600.0
+    assert campaign.own_seconds(1000.0, {base: 0.0, model: 0.0}) == 350.0
+    assert campaign.own_seconds(1000.0, {}) == 1000.0
+    assert campaign.own_seconds(1000.0, {tmp_path / "not-trained.pt": 0.0}) == 1000.0
+    capsys.readouterr()
+    assert campaign.own_seconds(300.0, {base: 0.0}) is None
+    assert "no wall time recorded: the 400 s of the stages another point's command trains (base.pt)" in (
         capsys.readouterr().out)
     times = tmp_path / "t.tsv"  # through the campaign: what it trains for others is read before the command
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
-    monkeypatch.setattr(campaign, "settle_shipped", lambda seed, point: False)
-    plans = iter([[], [base]])  # the parity base's command, then ACT's
-    monkeypatch.setattr(campaign, "borrowed_stages", lambda seed, point: next(plans))
+    monkeypatch.setattr(campaign, "drop_unneeded", lambda task: [])
+    plans = iter([campaign.Started(), campaign.Started({base: 0.0})])  # the parity base's command, then ACT's
+    monkeypatch.setattr(campaign, "started", lambda seed, point: next(plans))
+    clock = iter([0.0, 100.0, 200.0, 1200.0])  # each command's start and end
     monkeypatch.setattr(campaign, "run_in_foreground", lambda *a, **k: 0)
+    monkeypatch.setattr(campaign.time, "time", lambda: next(clock))
     assert campaign.main(["--task", "parity", "--seeds", "0", "--match", "method=act", "--match", "act.tau=1e-2 ",
                           "--times", str(times)]) == 0
-    assert "the wall time less the 400 s" in capsys.readouterr().out
-
-
-def test_the_stages_trained_for_another_point_are_the_missing_base_and_an_evaluated_model(monkeypatch):
-    import sys
-
-    campaign = _campaign()
-    campaign_estimate = sys.modules.get("campaign_estimate") or load_script("campaign_estimate")
-    from bench import protocol
-
-    def status(base: bool, state: str, name: str):
-        return protocol.StageStatus(base, name, 10, state, 0, campaign.ROOT / f"{name}.pt")
-
-    plan = [status(True, "to train", "base"), status(False, "to train from step 3 of its checkpoint", "cct"),
-            status(False, "cached", "other")]
-    monkeypatch.setattr(campaign_estimate, "command_stages", lambda seed, point, threads: ("cct", plan))
-    pairing = next(iter(campaign.EVALUATES))
-    assert [p.name for p in campaign.borrowed_stages(1, pairing)] == ["base.pt", "cct.pt"]
-    method = campaign.EVALUATES[pairing]
-    assert [p.name for p in campaign.borrowed_stages(1, method)] == ["base.pt"]
-    assert campaign.borrowed_stages(1, campaign.PLAN[method.task][0]) == []  # the base's own command
+    monkeypatch.undo()
+    recorded = campaign.read_times(times)
+    assert sorted(recorded.values()) == [100.0, 600.0]  # the base's own command, then ACT's less the base
 
 
 def test_a_command_that_resumed_from_a_shipped_checkpoint_records_no_wall_time(tmp_path, monkeypatch):
@@ -1240,10 +1295,11 @@ def test_a_command_that_resumed_from_a_shipped_checkpoint_records_no_wall_time(t
     monkeypatch.setattr(campaign, "run_in_foreground", lambda *a, **k: 0)
     times = tmp_path / "t.tsv"
     args = ["--task", "parity", "--seeds", "0", "--match", "method=dense", "--times", str(times)]
-    # the command's stage had shipped: it is finished now and its shipped checkpoint goes
-    monkeypatch.setattr(campaign, "settle_shipped", lambda seed, point: True)
+    monkeypatch.setattr(campaign, "drop_unneeded", lambda task: [])
+    # its stage had shipped when it started
+    monkeypatch.setattr(campaign, "started", lambda seed, point: campaign.Started({}, True))
     assert campaign.main(args) == 0 and campaign.estimates(campaign.read_times(times)) == {}
-    monkeypatch.setattr(campaign, "settle_shipped", lambda seed, point: False)
+    monkeypatch.setattr(campaign, "started", lambda seed, point: campaign.Started())
     fresh = tmp_path / "fresh.tsv"  # (a second start in one file is left out anyway: campaign_times.read_times)
     assert campaign.main([*args[:-1], str(fresh)]) == 0 and campaign.estimates(campaign.read_times(fresh))
 
