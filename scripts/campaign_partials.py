@@ -109,16 +109,15 @@ def drop_unneeded(task: str, needed: Callable[[int, str], frozenset[Path]], cach
     except those in ``needed(seed, owner)`` (the stages that the planned commands of the seed in the
     checkpoint's command without rows yet train or load, among those that could hold an ``owner``'s stage):
     a kept one shipped part-way is replaced by the finished stage.  The shipped files removed."""
-    import json
-
     from bench import artifacts, train
 
     dropped = []
     for shipped in shipped_for(task, artifacts_root):
         ckpt = cache / task / shipped.parent.name / artifacts.stage_of(shipped).name
-        if not train.is_done(ckpt):
+        found = artifacts.find_partial(ckpt, artifacts_root)
+        if found is None or not train.is_done(ckpt):  # (a checkpoint without its metadata is not a shipped one)
             continue
-        meta = json.loads(artifacts.partial_meta(shipped).read_text())
+        meta = found.meta
         seed = _seed_of(meta.get("command", ""))
         if seed is not None and ckpt in needed(seed, shipped.parent.name):
             if not meta.get("finished"):
