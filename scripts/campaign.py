@@ -463,11 +463,14 @@ def _ready(item: tuple[int, int, Point], waiting: list[tuple[int, int, Point]], 
            trained_bases: dict[tuple[str, int], bool]) -> bool:
     """Whether a pending command may start: its seed's dense base (when it loads it) is neither pending nor
     running, and, when that base is not trained here yet, no other command that loads it is running (the
-    first one trains it, and the others would wait for its lock with a CPU share idle)."""
+    first one trains it, and the others would wait for its lock with a CPU share idle); an evaluation-only
+    point (:data:`EVALUATES`) waits, the same way, for its seed's command that trains the model it evaluates."""
     _, seed, point = item
+    busy = [(s, p) for _, s, p in waiting] + [(job.seed, job.point) for job in running]
+    if point in EVALUATES and (seed, EVALUATES[point]) in busy:
+        return False
     if not starts_from_base(point):
         return True
-    busy = [(s, p) for _, s, p in waiting] + [(job.seed, job.point) for job in running]
     if any(is_base(p) and p.task == point.task and s == seed for s, p in busy):
         return False
     if (point.task, seed) not in trained_bases:  # asked again after a command ends (:func:`run_parallel`)

@@ -499,6 +499,45 @@ def test_parallel_campaign_starts_bases_first_and_runs_a_base_once(tmp_path, mon
     assert times.count("start\t") == 5 and len(times.splitlines()) == 10
 
 
+def test_parallel_campaign_starts_an_evaluation_only_point_after_its_model(tmp_path, monkeypatch):
+    """--jobs 2: the CCT decoder pairing, which evaluates the CCT model of its seed, does not start beside
+    the command that trains that model (it would wait for the model's lock with its CPU share idle); a
+    later command takes the free slot, and the pairing starts once the model's command has ended."""
+    campaign = _campaign()
+    pairing, model = next((p, m) for p, m in campaign.EVALUATES.items() if "recipe=paper" in m.overrides)
+    other = campaign.Point("parity", ("method=act", "act.tau=1e-3"))
+    plan = [(0, model), (0, pairing), (0, other)]
+    events, live = [], []
+
+    class Process:
+        def __init__(self, line, cwd, stdout, stderr, start_new_session):
+            self.line, self.returncode, self.polls = " ".join(line), None, 0
+            events.append(("start", self.line, [p.line for p in live if p.returncode is None]))
+            live.append(self)
+
+        def poll(self):
+            self.polls += 1
+            if self.polls >= (6 if "method=cct" in self.line and "cct.pairs" not in self.line else 2):
+                self.returncode = 0
+                events.append(("end", self.line))
+            return self.returncode
+
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
+    monkeypatch.setattr(campaign, "base_trained", lambda seed, task: True)
+    monkeypatch.setattr(campaign.subprocess, "Popen", Process)
+    monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(campaign.time, "sleep", lambda s: None)
+    monkeypatch.setattr(campaign, "drop_unneeded", lambda task: [])  # (the repository's artifacts/ untouched)
+    monkeypatch.setattr(campaign, "started", lambda seed, point: campaign.Started())
+    assert campaign.run_parallel(plan, 2, None, tmp_path / "times.tsv", {}, tmp_path / "logs") == 0
+    starts = [line for kind, line, *_ in events if kind == "start"]
+    assert len(starts) == 3 and "method=act" in starts[1]  # beside the model: the later command, not the pairing
+    pairing_start = next(i for i, e in enumerate(events) if e[0] == "start" and "cct.pairs=decoder" in e[1])
+    model_end = next(i for i, e in enumerate(events) if e[0] == "end" and "cct.pairs" not in e[1]
+                     and "method=cct" in e[1])
+    assert pairing_start > model_end
+
+
 def test_parallel_campaign_expects_a_resumed_command_to_take_its_share_left(tmp_path, monkeypatch, capsys):
     """--jobs 2 --until: a command recorded at 2 h does not start with an hour left, unless it resumes with a
     quarter of its training left (its rows say the 2 h were all training) and its seed's base is here."""
