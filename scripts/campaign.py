@@ -19,9 +19,9 @@ commands into a session (its machine, and a training cut off at its end, do not 
 ``--task`` and ``--match`` restrict the plan; ``--jobs N`` runs N commands at once, each on its share of the
 CPUs (:func:`run_parallel`); ``--nproc N`` trains each one-at-a-time command on N data-parallel ranks
 (torchrun, one thread each: for one long training, which the ranks finish sooner than one process does);
-``--pause-at HH:MM`` stops the running command at that time and ships its running stage's resumable
-checkpoint and the stages of its plan it finished (scripts/campaign_partials.py), so the same command on a
-later machine resumes from that step;
+``--pause-at HH:MM`` stops the running command (with ``--jobs``, each) at that time and ships its running
+stage's resumable checkpoint and the stages of its plan it finished (scripts/campaign_partials.py), so the
+same command on a later machine resumes from that step;
 ``--export-bases`` ships every dense base the campaign trains as soon as it is
 trained (:class:`BaseShipper`), so that a later session's fresh machine starts from it; ``--commit`` commits
 each finished command's rows, shipped base and wall time (:func:`commit_finished`).  SIGINT or SIGTERM stops
@@ -536,7 +536,7 @@ def run_settings(threads: int, train_threads: int) -> tuple[str, ...]:
 
 def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | None, times: Path,
                  expected: dict[str, float], log_dir: Path, export_bases: bool = False, commit: bool = False,
-                 trained: dict[str, float] | None = None, share=None) -> int:
+                 trained: dict[str, float] | None = None, share=None, pause: dt.datetime | None = None) -> int:
     """Run the plan's pending commands ``jobs`` at a time, each on its share of the CPUs (``threads``, not
     part of a row's identity), dense bases first (their seed's methods wait for them), then a command that
     trains a missing base on its way, the rest in plan order;
@@ -544,7 +544,8 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
     recorded times ``expected`` and the rows' ``trained``, at ``share(seed, point)`` where it resumes, and
     its seed's dense base's where it trains that on its way).  Each command's output goes to its own log in
     ``log_dir``.  Timings taken while another training runs are not quiet: the rows record the load, and the
-    report marks them."""
+    report marks them.  At ``pause`` (``--pause-at``) the running commands are stopped (each saves its
+    checkpoint) and ship what they saved (:func:`pause_and_ship`), and no other starts: 130."""
     threads = job_threads(jobs)
     waiting = [(i, seed, point) for i, (seed, point) in enumerate(plan, 1) if not has_rows(seed, point)]
     running: list[Job] = []
@@ -554,6 +555,8 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
     log_dir.mkdir(parents=True, exist_ok=True)
     try:
         while waiting or running:
+            if pause is not None and dt.datetime.now(dt.timezone.utc) >= pause:
+                return pause_running(running, len(plan), times, export_bases, commit)
             startable = ([item for item in waiting if _ready(item, waiting, running, trained_bases)]
                          if len(running) < jobs else [])
             # bases first, then a command that trains its seed's missing base on the way (the longest, and
@@ -588,17 +591,7 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
             for job in [job for job in running if job.process.poll() is not None]:
                 running.remove(job)
                 trained_bases = {key: True for key, done in trained_bases.items() if done}
-                seconds = time.time() - job.start
-                rc = job.process.returncode
-                print(f"[campaign] {job.index}/{len(plan)} rc={rc} after {seconds:.0f} s (log: {job.log})",
-                      flush=True)
-                if rc == 0:
-                    record_finished(times, job.seed, job.point, seconds, job.started)
-                    if export_bases and (is_base(job.point) or starts_from_base(job.point)):
-                        export_new_base(job.seed, job.point.task, None if is_base(job.point) else job.line)
-                    if commit:
-                        commit_finished(job.seed, job.point, times)
-                else:
+                if not settle(job, len(plan), times, export_bases, commit):
                     failed += 1
                     waiting = [item for item in waiting if not (is_base(job.point) and item[2].task == job.point.task
                                                                  and item[1] == job.seed and starts_from_base(item[2]))]
@@ -609,6 +602,37 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
             job.process.wait()
         return 130
     return 1 if failed else 0
+
+
+def settle(job: Job, planned: int, times: Path, export_bases: bool, commit: bool) -> bool:
+    """A parallel command that has ended: a finished one's wall time, base (``--export-bases``) and commit
+    (``--commit``) are settled as the one-at-a-time campaign's are.  Whether it finished."""
+    seconds = time.time() - job.start
+    rc = job.process.returncode
+    print(f"[campaign] {job.index}/{planned} rc={rc} after {seconds:.0f} s (log: {job.log})", flush=True)
+    if rc != 0:
+        return False
+    record_finished(times, job.seed, job.point, seconds, job.started)
+    if export_bases and (is_base(job.point) or starts_from_base(job.point)):
+        export_new_base(job.seed, job.point.task, None if is_base(job.point) else job.line)
+    if commit:
+        commit_finished(job.seed, job.point, times)
+    return True
+
+
+def pause_running(running: list[Job], planned: int, times: Path, export_bases: bool, commit: bool) -> int:
+    """``--pause-at`` with ``--jobs``: stop every running command as a Ctrl-C does (each training saves its
+    checkpoint), then ship what each saved of its plan's stages; one that finished meanwhile is settled as
+    finished.  130 when one was stopped, else 0 (as the one-at-a-time campaign stops before a command)."""
+    print(f"[campaign] pause time reached: stopping {len(running)} running command(s); no other starts",
+          flush=True)
+    for job in running:
+        job.process.send_signal(signal.SIGINT)
+    for job in running:
+        job.process.wait()
+        if not settle(job, planned, times, export_bases, commit):
+            pause_and_ship(job.seed, job.point, job.line, commit)
+    return 130 if running else 0
 
 
 @dataclass
@@ -741,10 +765,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "--jobs 2 gets more steps in all from several commands; the times file keeps its wall times apart "
                              "from one process's)")
     parser.add_argument("--pause-at", default=None, type=clock_time,
-                        help="UTC HH:MM: stop the command running then (it saves its checkpoint) and end; its "
-                             "resumable checkpoint and the stages it finished ship under artifacts/ (committed with "
-                             "--commit), so the same command on a later session's fresh machine resumes from that "
-                             "step")
+                        help="UTC HH:MM: stop the commands running then (each saves its checkpoint) and end; "
+                             "their resumable checkpoints and the stages they finished ship under artifacts/ "
+                             "(committed with --commit), so the same command on a later session's fresh machine "
+                             "resumes from that step")
     parser.add_argument("--export-bases", action="store_true",
                         help="ship every dense base this machine trains (artifacts/, within 64 MB in all), so a "
                              "later session's fresh machine installs it instead of training it; commit them")
@@ -765,8 +789,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.nproc > 1 and (args.jobs > 1 or args.train_threads is not None):
         parser.error("--nproc trains one command at a time on one thread per rank: leave out --jobs and "
                      "--train-threads")
-    if args.pause_at and args.jobs > 1:
-        parser.error("--pause-at is the one-at-a-time campaign's: leave out --jobs")
     if args.fill and not args.until:
         parser.error("--fill needs --until (the stop time it fills up to)")
     if args.fill and args.jobs > 1:
@@ -796,7 +818,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs > 1:
         return run_parallel(plan, args.jobs, stop, times, expected, ROOT / ".cache" / "campaign",
                             args.export_bases, args.commit, trained,
-                            resumed_share({task: job_threads(args.jobs) for task in train_threads}))
+                            resumed_share({task: job_threads(args.jobs) for task in train_threads}),
+                            utc_clock(args.pause_at) if args.pause_at else None)
     return run_one_at_a_time(plan, args, times, train_threads, stop, expected, trained,
                              resumed_share(train_threads))
 

@@ -538,6 +538,51 @@ def test_parallel_campaign_starts_an_evaluation_only_point_after_its_model(tmp_p
     assert pairing_start > model_end
 
 
+def test_parallel_campaign_pauses_every_running_command_and_ships_what_each_saved(tmp_path, monkeypatch):
+    """--jobs 2 --pause-at: at the pause time both running commands get a Ctrl-C (each saves its checkpoint)
+    and ship their saved stages; the third command never starts and nothing is recorded as finished."""
+    import datetime as real_dt
+    import signal
+    import types
+
+    campaign = _campaign()
+    points = [campaign.Point("parity", ("method=act", f"act.tau={tau}")) for tau in ("1e-3", "1e-4", "1e-5")]
+    live, shipped, clock = [], [], {"reached": False}
+
+    class Process:
+        def __init__(self, line, cwd, stdout, stderr, start_new_session):
+            self.line, self.returncode, self.signals = line, None, []
+            live.append(self)
+
+        def poll(self):
+            return self.returncode
+
+        def send_signal(self, signum):
+            self.signals.append(signum)
+            self.returncode = 130
+
+        def wait(self):
+            return self.returncode
+
+    pause = real_dt.datetime(2030, 1, 1, tzinfo=real_dt.timezone.utc)
+    now = lambda tz=None: pause if clock["reached"] else pause - real_dt.timedelta(minutes=5)  # noqa: E731
+    monkeypatch.setattr(campaign, "dt", types.SimpleNamespace(
+        datetime=types.SimpleNamespace(now=now), timezone=real_dt.timezone, timedelta=real_dt.timedelta))
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: False)
+    monkeypatch.setattr(campaign, "base_trained", lambda seed, task: True)
+    monkeypatch.setattr(campaign.subprocess, "Popen", Process)
+    monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(campaign.time, "sleep", lambda s: clock.update(reached=True))
+    monkeypatch.setattr(campaign, "started", lambda seed, point: campaign.Started())
+    monkeypatch.setattr(campaign, "pause_and_ship", lambda seed, point, line, commit: shipped.append(point))
+    rc = campaign.run_parallel([(0, p) for p in points], 2, None, tmp_path / "times.tsv", {}, tmp_path / "logs",
+                               pause=pause)
+    assert rc == 130 and len(live) == 2 and all(p.signals == [signal.SIGINT] for p in live)
+    assert shipped == points[:2]
+    assert (tmp_path / "times.tsv").read_text().count("start\t") == 2
+    assert len((tmp_path / "times.tsv").read_text().splitlines()) == 2
+
+
 def test_parallel_campaign_expects_a_resumed_command_to_take_its_share_left(tmp_path, monkeypatch, capsys):
     """--jobs 2 --until: a command recorded at 2 h does not start with an hour left, unless it resumes with a
     quarter of its training left (its rows say the 2 h were all training) and its seed's base is here."""
@@ -1285,8 +1330,9 @@ def test_pause_at_ships_what_the_stopped_command_saved_and_starts_nothing_after_
     monkeypatch.setattr(campaign, "utc_clock", lambda text: dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=1))
     assert campaign.main([*args, "--pause-at", "00:00"]) == 0 and ran == []
     assert "00:00 UTC reached: stopping before command 1/" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        campaign.main([*args, "--pause-at", "08:00", "--jobs", "2"])
+    monkeypatch.setattr(campaign.subprocess, "Popen", lambda *a, **k: ran.append(a))
+    assert campaign.main([*args, "--pause-at", "00:00", "--jobs", "2"]) == 0 and ran == []  # --jobs: the same
+    assert "pause time reached: stopping 0 running command(s)" in capsys.readouterr().out
     for wrong in ("8", "25:00", "08:60", "soon"):
         with pytest.raises(SystemExit) as exit_:
             campaign.main([*args, "--pause-at", wrong])
