@@ -545,7 +545,8 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
     its seed's dense base's where it trains that on its way).  Each command's output goes to its own log in
     ``log_dir``.  Timings taken while another training runs are not quiet: the rows record the load, and the
     report marks them.  At ``pause`` (``--pause-at``) the running commands are stopped (each saves its
-    checkpoint) and ship what they saved (:func:`pause_and_ship`), and no other starts: 130."""
+    checkpoint) and ship what they saved (:func:`pause_running`), and no other starts: 130 when one was
+    stopped; else, as the one-at-a-time campaign stopping before a command, 1 if one failed, else 0."""
     threads = job_threads(jobs)
     waiting = [(i, seed, point) for i, (seed, point) in enumerate(plan, 1) if not has_rows(seed, point)]
     running: list[Job] = []
@@ -556,7 +557,8 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
     try:
         while waiting or running:
             if pause is not None and dt.datetime.now(dt.timezone.utc) >= pause:
-                return pause_running(running, len(plan), times, export_bases, commit)
+                stopped, failed_now = pause_running(running, len(plan), times, export_bases, commit)
+                return 130 if stopped else 1 if failed + failed_now else 0
             startable = ([item for item in waiting if _ready(item, waiting, running, trained_bases)]
                          if len(running) < jobs else [])
             # bases first, then a command that trains its seed's missing base on the way (the longest, and
@@ -620,19 +622,29 @@ def settle(job: Job, planned: int, times: Path, export_bases: bool, commit: bool
     return True
 
 
-def pause_running(running: list[Job], planned: int, times: Path, export_bases: bool, commit: bool) -> int:
-    """``--pause-at`` with ``--jobs``: stop every running command as a Ctrl-C does (each training saves its
-    checkpoint), then ship what each saved of its plan's stages; one that finished meanwhile is settled as
-    finished.  130 when one was stopped, else 0 (as the one-at-a-time campaign stops before a command)."""
-    print(f"[campaign] pause time reached: stopping {len(running)} running command(s); no other starts",
-          flush=True)
-    for job in running:
-        job.process.send_signal(signal.SIGINT)
-    for job in running:
-        job.process.wait()
-        if not settle(job, planned, times, export_bases, commit):
-            pause_and_ship(job.seed, job.point, job.line, commit)
-    return 130 if running else 0
+def pause_running(running: list[Job], planned: int, times: Path, export_bases: bool,
+                  commit: bool) -> tuple[int, int]:
+    """``--pause-at`` with ``--jobs``: settle the commands that ended on their own, then stop the others as a
+    Ctrl-C does (each training saves its checkpoint) and ship what each saved of its plan's stages (one that
+    finished meanwhile is settled as finished).  A Ctrl-C meanwhile waits until all is shipped: a second
+    SIGINT would abort a checkpoint being saved.  (commands stopped, commands that failed)."""
+    from bench import signals
+
+    with signals.deferred():
+        failed = sum(not settle(job, planned, times, export_bases, commit)
+                     for job in running if job.process.poll() is not None)
+        stopping = [job for job in running if job.process.returncode is None]
+        print(f"[campaign] pause time reached: stopping {len(stopping)} running command(s); no other starts",
+              flush=True)
+        for job in stopping:
+            job.process.send_signal(signal.SIGINT)
+        for job in stopping:
+            job.process.wait()
+        for job in stopping:
+            if not settle(job, planned, times, export_bases, commit):
+                pause_and_ship(job.seed, job.point, job.line, commit)
+        running.clear()
+    return len(stopping), failed
 
 
 @dataclass

@@ -539,8 +539,9 @@ def test_parallel_campaign_starts_an_evaluation_only_point_after_its_model(tmp_p
 
 
 def test_parallel_campaign_pauses_every_running_command_and_ships_what_each_saved(tmp_path, monkeypatch):
-    """--jobs 2 --pause-at: at the pause time both running commands get a Ctrl-C (each saves its checkpoint)
-    and ship their saved stages; the third command never starts and nothing is recorded as finished."""
+    """--jobs 2 --pause-at: at the pause time the running command gets a Ctrl-C (it saves its checkpoint) and
+    ships its saved stages; the one that failed on its own just before is neither signalled nor shipped; the
+    third command never starts and nothing is recorded as finished."""
     import datetime as real_dt
     import signal
     import types
@@ -551,10 +552,13 @@ def test_parallel_campaign_pauses_every_running_command_and_ships_what_each_save
 
     class Process:
         def __init__(self, line, cwd, stdout, stderr, start_new_session):
-            self.line, self.returncode, self.signals = line, None, []
+            self.line, self.returncode, self.signals, self.polls = line, None, [], 0
             live.append(self)
 
-        def poll(self):
+        def poll(self):  # the second command fails on its own between the campaign's last poll and the pause
+            self.polls += 1
+            if len(live) > 1 and self is live[1] and self.polls > 1:
+                self.returncode = 1
             return self.returncode
 
         def send_signal(self, signum):
@@ -577,8 +581,8 @@ def test_parallel_campaign_pauses_every_running_command_and_ships_what_each_save
     monkeypatch.setattr(campaign, "pause_and_ship", lambda seed, point, line, commit: shipped.append(point))
     rc = campaign.run_parallel([(0, p) for p in points], 2, None, tmp_path / "times.tsv", {}, tmp_path / "logs",
                                pause=pause)
-    assert rc == 130 and len(live) == 2 and all(p.signals == [signal.SIGINT] for p in live)
-    assert shipped == points[:2]
+    assert rc == 130 and len(live) == 2 and live[0].signals == [signal.SIGINT] and live[1].signals == []
+    assert shipped == points[:1]
     assert (tmp_path / "times.tsv").read_text().count("start\t") == 2
     assert len((tmp_path / "times.tsv").read_text().splitlines()) == 2
 
