@@ -21,12 +21,14 @@ import logging
 import math
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import OmegaConf
 
-from bench import cost, distributed, paths, precision as amp, protocol, provenance, registry, results, versions
+from bench import (cost, distributed, paths, precision as amp, protocol, provenance, registry, results, throughput,
+                   versions)
 from bench.api import Batch, Method, Task
 from bench.errors import UserError
 from bench.progress import progress
@@ -228,20 +230,45 @@ def loads_dense_base(task: Task, cfg: Any) -> bool:
 
 def plan_line(method: Method, task: Task, cfg: Any) -> str:
     """The run's plan in one line: what is cached, shipped or trained, and the training time estimated from
-    the base model's step time measured now."""
+    the base model's step time measured now, each method stage's step at its cost relative to the base's as
+    measured in ``<results_dir>/throughput`` (:func:`training_seconds`)."""
     the_plan = protocol.plan(method)
-    text, steps = protocol.describe_plan(method, the_plan, loads_dense_base(task, cfg))
+    reference = loads_dense_base(task, cfg)
+    text, steps = protocol.describe_plan(method, the_plan, reference)
     if steps:
         threads = method.run.train_threads
         with cpu_threads(threads):  # measured as the stages will train
             per_step = base_step_s(task, the_plan.batch_size, method.run.device)
-        total = steps * per_step
+        stages = protocol.plan_status(method, the_plan, reference)
+        total, unmeasured = training_seconds(method, stages, per_step, Path(cfg.results_dir) / throughput.DIR)
         when = f"{total:.0f} s" if total < 90 else f"{total / 60:.0f} min"
         device = method.run.device
         where = f"on {threads} thread(s)" if torch.device(device).type == "cpu" else f"on {device}"
-        text += (f"; about {when} of training here ({per_step * 1e3:.0f} ms per base-model step {where}; a "
-                 "method's steps may cost more)")
+        costs = (f"{', '.join(unmeasured)} at a base step's cost: a method's steps may cost more" if unmeasured
+                 else f"the method's steps at their cost relative to it in {cfg.results_dir}/{throughput.DIR}")
+        text += f"; about {when} of training here ({per_step * 1e3:.0f} ms per base-model step {where}; {costs})"
     return f"plan: {text}; then evaluation{' and timing' if cfg.timing else ''}"
+
+
+def training_seconds(method: Method, stages: list[protocol.StageStatus], base_step: float,
+                     folder: Path) -> tuple[float, list[str]]:
+    """The seconds to train what is left of ``stages`` (:func:`bench.protocol.plan_status`): each step at
+    ``base_step`` (the dense base's, measured now) times its stage's cost relative to a base step, from the
+    training-throughput rows in ``folder`` at the run's training threads (ratios measured on one machine, so
+    they carry over to this one; on the CPU only).  Also the names of the method stages without a measured
+    cost, counted at a base step's."""
+    run = method.run
+    on_cpu = torch.device(run.device).type == "cpu"
+    rates = throughput.measured_rates(folder) if on_cpu else {}
+    base_rates = throughput.quiet_base_rates(folder) if on_cpu else {}
+    total, unmeasured = 0.0, []
+    for stage in (s for s in stages if s.steps_left):
+        cost = 1.0 if stage.base else throughput.cost_relative_to_base(
+            rates, base_rates, method.task.name, f"{run.method}:{stage.name}", run.train_threads)
+        if cost is None:
+            unmeasured.append(stage.name)
+        total += stage.steps_left * base_step * (cost or 1.0)
+    return total, unmeasured
 
 
 def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:

@@ -23,47 +23,34 @@ from campaign_plan import RUN, Point, command, is_base
 ROOT = Path(__file__).resolve().parent.parent
 THROUGHPUT = ROOT / "results" / "throughput"
 
-Rates = dict[tuple[str, str, int], float]  # (task, "<method>:<stage>", threads) -> optimizer steps per second
+Rates = dict[tuple[str, str, int], float]  # (task, "<method>:<stage>", threads) -> steps/s (bench.throughput)
 
 
 def measured_rates(folder: Path = THROUGHPUT) -> Rates:
     """The latest measured fp32 steps per second (the campaign trains in fp32) of every (task, stage, threads)
     in the rows of ``folder`` (``<results_dir>/throughput``)."""
-    from bench.report.throughput import read_rows
+    from bench import throughput
 
-    rows = read_rows(folder)
-    if rows is None:
-        return {}
-    latest = rows[rows["precision"] == "fp32"].groupby(["task", "stage", "threads"]).tail(1)
-    return {(str(r.task), str(r.stage), int(r.threads)): float(r.steps_per_s) for r in latest.itertuples()}
+    return throughput.measured_rates(folder)
 
 
 def stage_rate(rates: Rates, task: str, stage: str, threads: int) -> float | None:
     """Steps per second of ``stage`` ("<method>:<name>"): its own measurement, else the slowest measured stage
-    of the same method and kind, else None."""
-    if (task, stage, threads) in rates:
-        return rates[(task, stage, threads)]
-    kind = stage.split("-")[0]
-    near = [v for (t, s, th), v in rates.items() if t == task and th == threads and s.split("-")[0] == kind]
-    return min(near) if near else None
+    of the same method and kind, else None (:func:`bench.throughput.stage_rate`)."""
+    from bench import throughput
+
+    return throughput.stage_rate(rates, task, stage, threads)
 
 
 MARGIN = 1.05  # fewer training threads than CPUs only where they train at least this much faster
 
 
 def quiet_base_rates(folder: Path = THROUGHPUT) -> Rates:
-    """The median fp32 steps per second of every task's dense base per thread count, over the rows timed
-    quietly (1-minute load at most the CPU count before and after): the base trains in every method's
-    throughput run, so there are many."""
-    from bench.report.throughput import read_rows
+    """The median fp32 steps per second of every task's dense base per thread count over its quiet rows
+    (:func:`bench.throughput.quiet_base_rates`)."""
+    from bench import throughput
 
-    rows = read_rows(folder)
-    if rows is None:
-        return {}
-    quiet = rows[(rows["precision"] == "fp32") & (rows["stage"] == "dense:base")
-                 & (rows["load_before"] <= rows["cpus"]) & (rows["load_after"] <= rows["cpus"])]
-    medians = quiet.groupby(["task", "threads"])["steps_per_s"].median()
-    return {(str(task), "dense:base", int(threads)): float(v) for (task, threads), v in medians.items()}
+    return throughput.quiet_base_rates(folder)
 
 
 def fastest_threads(rates: Rates, task: str, usable: int) -> int:

@@ -3,6 +3,8 @@ stage), rows record the load and the tree, and the page is drawn from the rows."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -26,3 +28,39 @@ def test_rates_per_stage_rows_and_page(tmp_path):
     for precision in ("fp32", "bf16"):
         assert f"| parity (parity-vector n=32) | act:tau0.001 | 1 | {precision} | 128 |" in page
     assert "quiet (" in page or "loaded (" in page
+
+
+def test_the_plan_line_costs_each_stage_relative_to_the_base_from_the_rows(tmp_path):
+    """``bench run``'s estimate: a stage measured at half the base's steps/s costs two base steps a step; a
+    stage of the same kind with other knobs takes the slowest measured one; an unmeasured stage costs one
+    base step, and the plan line names it."""
+    from bench import config, protocol, runner
+    from tests.helpers import tiny_overrides
+
+    cfg = config.compose(["method=acm", *[o for o in tiny_overrides("acm", "parity", tmp_path)
+                                          if not o.startswith("method=")], "acm.min_distill_steps=2",
+                          "acm.min_gate_steps=2", "train_threads=1"])
+    _, task, method = runner.build(cfg, "acm", "parity")
+    stages = [s for s in protocol.plan_status(method, protocol.plan(method)) if s.steps_left]
+    folder = tmp_path / "rows"
+    folder.mkdir()
+    columns = ["task", "stage", "threads", "steps_per_s", "timestamp", "load_before", "load_after", "cpus"]
+    rows = [("parity", "dense:base", 1, 40.0, "2026-01-01", 0.5, 0.5, 2), ("parity", "acm:distill", 1, 20.0,
+            "2026-01-01", 0.5, 0.5, 2), ("parity", "acm:distill", 2, 1.0, "2026-01-01", 0.5, 0.5, 2)]
+    pd.DataFrame(rows, columns=columns).to_csv(folder / "a.csv", index=False)
+    assert stages[0].base and "distill" in [s.name for s in stages] and len(stages) > 2
+    total, unmeasured = runner.training_seconds(method, stages, 0.01, folder)
+    cost = {"distill": 2.0}  # (the two-thread distill row is another thread count)
+    assert total == pytest.approx(sum(s.steps_left * 0.01 * (1.0 if s.base else cost.get(s.name, 1.0))
+                                      for s in stages))
+    assert unmeasured == [s.name for s in stages[1:] if s.name not in cost]
+    assert runner.training_seconds(method, stages, 0.01, tmp_path / "none") == (
+        pytest.approx(0.01 * sum(s.steps_left for s in stages)), [s.name for s in stages[1:]])
+    line = runner.plan_line(method, task, cfg)
+    assert "a method's steps may cost more" in line and "ms per base-model step on 1 thread(s)" in line
+    measured = Path(cfg.results_dir) / "throughput"
+    measured.mkdir(parents=True)
+    pd.DataFrame(rows + [("parity", f"acm:{s.name}", 1, 10.0, "2026-01-01", 0.5, 0.5, 2) for s in stages[1:]],
+                 columns=columns).to_csv(measured / "a.csv", index=False)
+    assert f"the method's steps at their cost relative to it in {cfg.results_dir}/throughput" in \
+        runner.plan_line(method, task, cfg)

@@ -8,21 +8,7 @@ from pathlib import Path
 
 from bench.report.page import markdown_table, md_escape, write_page
 from bench.report.views import dataset_tag
-
-DIR = "throughput"
-
-
-def read_rows(folder: Path):
-    """Every throughput row in ``folder`` (``<results_dir>/throughput``), oldest first, in the current schema
-    (rows written before the ``precision`` column trained in fp32); None when there are none."""
-    import pandas as pd
-
-    files = sorted(Path(folder).glob("*.csv"))
-    if not files:
-        return None
-    rows = pd.concat([pd.read_csv(f) for f in files], ignore_index=True).sort_values("timestamp")
-    return rows.assign(precision=rows.reindex(columns=["precision"])["precision"].astype(object).fillna("fp32"))
-
+from bench.throughput import DIR, read_rows
 
 def write(results_dir: Path, reports_dir: Path) -> list[str]:
     """reports/throughput.{md,html} from every row under results/throughput (the latest run of each stage and

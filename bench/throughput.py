@@ -1,0 +1,67 @@
+"""The training-throughput rows (``<results_dir>/throughput``, written by ``scripts/train_throughput.py``): the
+optimizer steps per second of every task's dense base and every method's stages, per thread count, read for
+the throughput page, the campaign's estimates and ``bench run``'s plan line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DIR = "throughput"
+BASE = "dense:base"  # the dense base's stage label in the rows; a method's stage is "<method>:<stage name>"
+
+Rates = dict[tuple[str, str, int], float]  # (task, stage label, threads) -> optimizer steps per second
+
+
+def read_rows(folder: Path):
+    """Every throughput row in ``folder`` (``<results_dir>/throughput``), oldest first, in the current schema
+    (rows written before the ``precision`` column trained in fp32); None when there are none."""
+    import pandas as pd
+
+    files = sorted(Path(folder).glob("*.csv"))
+    if not files:
+        return None
+    rows = pd.concat([pd.read_csv(f) for f in files], ignore_index=True).sort_values("timestamp")
+    return rows.assign(precision=rows.reindex(columns=["precision"])["precision"].astype(object).fillna("fp32"))
+
+
+def measured_rates(folder: Path) -> Rates:
+    """The latest measured fp32 steps per second (runs train in fp32 on the CPU) of every (task, stage,
+    threads) in the rows of ``folder``."""
+    rows = read_rows(folder)
+    if rows is None:
+        return {}
+    latest = rows[rows["precision"] == "fp32"].groupby(["task", "stage", "threads"]).tail(1)
+    return {(str(r.task), str(r.stage), int(r.threads)): float(r.steps_per_s) for r in latest.itertuples()}
+
+
+def stage_rate(rates: Rates, task: str, stage: str, threads: int) -> float | None:
+    """Steps per second of ``stage`` ("<method>:<name>"): its own measurement, else the slowest measured stage
+    of the same method and kind (the name up to its first "-": ``e2e-b0.4`` is timed by ``e2e-b0.6``), else
+    None."""
+    if (task, stage, threads) in rates:
+        return rates[(task, stage, threads)]
+    kind = stage.split("-")[0]
+    near = [v for (t, s, th), v in rates.items() if t == task and th == threads and s.split("-")[0] == kind]
+    return min(near) if near else None
+
+
+def quiet_base_rates(folder: Path) -> Rates:
+    """The median fp32 steps per second of every task's dense base per thread count, over the rows timed
+    quietly (1-minute load at most the CPU count before and after): the base trains in every method's
+    throughput run, so there are many."""
+    rows = read_rows(folder)
+    if rows is None:
+        return {}
+    quiet = rows[(rows["precision"] == "fp32") & (rows["stage"] == BASE)
+                 & (rows["load_before"] <= rows["cpus"]) & (rows["load_after"] <= rows["cpus"])]
+    medians = quiet.groupby(["task", "threads"])["steps_per_s"].median()
+    return {(str(task), BASE, int(threads)): float(v) for (task, threads), v in medians.items()}
+
+
+def cost_relative_to_base(rates: Rates, base_rates: Rates, task: str, stage: str, threads: int) -> float | None:
+    """How many dense-base steps one step of ``stage`` costs, from rates measured on one machine: the base's
+    quiet median (``base_rates``, :func:`quiet_base_rates`) over the stage's (:func:`stage_rate` of ``rates``,
+    :func:`measured_rates`); None where either was not measured at ``threads``."""
+    base = base_rates.get((task, BASE, threads))
+    rate = stage_rate(rates, task, stage, threads)
+    return base / rate if base and rate else None
