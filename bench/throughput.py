@@ -14,23 +14,30 @@ Rates = dict[tuple[str, str, int], float]  # (task, stage label, threads) -> opt
 
 def read_rows(folder: Path):
     """Every throughput row in ``folder`` (``<results_dir>/throughput``), oldest first, in the current schema
-    (rows written before the ``precision`` column trained in fp32); None when there are none."""
+    (rows written before the ``precision`` column trained in fp32, before ``processes`` on one process); None
+    when there are none."""
     import pandas as pd
 
     files = sorted(Path(folder).glob("*.csv"))
     if not files:
         return None
     rows = pd.concat([pd.read_csv(f) for f in files], ignore_index=True).sort_values("timestamp")
-    return rows.assign(precision=rows.reindex(columns=["precision"])["precision"].astype(object).fillna("fp32"))
+    return rows.assign(precision=rows.reindex(columns=["precision"])["precision"].astype(object).fillna("fp32"),
+                       processes=rows.reindex(columns=["processes"])["processes"].fillna(1).astype(int))
+
+
+def one_process_fp32(rows):
+    """The rows of trainings as a run trains on the CPU by default: fp32, in one process."""
+    return rows[(rows["precision"] == "fp32") & (rows["processes"] == 1)]
 
 
 def measured_rates(folder: Path) -> Rates:
-    """The latest measured fp32 steps per second (runs train in fp32 on the CPU) of every (task, stage,
-    threads) in the rows of ``folder``."""
+    """The latest measured steps per second of every (task, stage, threads) in the rows of ``folder``, of
+    one-process fp32 trainings (:func:`one_process_fp32`)."""
     rows = read_rows(folder)
     if rows is None:
         return {}
-    latest = rows[rows["precision"] == "fp32"].groupby(["task", "stage", "threads"]).tail(1)
+    latest = one_process_fp32(rows).groupby(["task", "stage", "threads"]).tail(1)
     return {(str(r.task), str(r.stage), int(r.threads)): float(r.steps_per_s) for r in latest.itertuples()}
 
 
@@ -46,14 +53,14 @@ def stage_rate(rates: Rates, task: str, stage: str, threads: int) -> float | Non
 
 
 def quiet_base_rates(folder: Path) -> Rates:
-    """The median fp32 steps per second of every task's dense base per thread count, over the rows timed
-    quietly (1-minute load at most the CPU count before and after): the base trains in every method's
+    """The median steps per second of every task's dense base per thread count, over the one-process fp32 rows
+    timed quietly (1-minute load at most the CPU count before and after): the base trains in every method's
     throughput run, so there are many."""
     rows = read_rows(folder)
     if rows is None:
         return {}
-    quiet = rows[(rows["precision"] == "fp32") & (rows["stage"] == BASE)
-                 & (rows["load_before"] <= rows["cpus"]) & (rows["load_after"] <= rows["cpus"])]
+    rows = one_process_fp32(rows)
+    quiet = rows[(rows["stage"] == BASE) & (rows["load_before"] <= rows["cpus"]) & (rows["load_after"] <= rows["cpus"])]
     medians = quiet.groupby(["task", "threads"])["steps_per_s"].median()
     return {(str(task), BASE, int(threads)): float(v) for (task, threads), v in medians.items()}
 

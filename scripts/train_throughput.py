@@ -11,6 +11,10 @@ rate is (N2 − N1) / (t2 − t1), t being the trainer time its checkpoint recor
 optimizer; no evaluation), so start-up, compilation and warm-up cancel.  Nothing is evaluated or timed
 against dense, and ``.cache`` and ``results/<task>`` are untouched.
 
+``--processes N`` trains on N data-parallel processes (torchrun, ``--threads`` each; the script starts them):
+each step's global batch is split over them, and a row's rate is rank 0's, in optimizer steps of that batch,
+beside one process's rows of the same stage (column ``processes``).
+
 Rows go to ``results/throughput/<run_id>.csv`` (one per stage and thread count) with the 1-minute load
 average before and after, the CPU count and model, and whether the tree was clean; ``reports/throughput.md``
 is drawn from every row there (here, and by ``bench report``).  A stage timed while the load exceeded the CPU
@@ -20,8 +24,11 @@ count is marked loaded: compare only quiet rows.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -32,20 +39,21 @@ if str(ROOT) not in sys.path:
 
 DIR = "throughput"  # results/<DIR>: bench/report/throughput.py reads the rows there
 COLUMNS = ["run_id", "task", "dataset", "method", "stage", "threads", "precision", "batch", "steps_timed", "seconds",
-           "steps_per_s", "samples_per_s", "load_before", "load_after", "cpus", "device_name", "git_sha", "git_dirty",
-           "command", "timestamp"]
+           "steps_per_s", "samples_per_s", "load_before", "load_after", "cpus", "processes", "device_name", "git_sha",
+           "git_dirty", "command", "timestamp"]
 
 
 def stage_times(task: str, method: str, threads: int, steps: int,
                 precision: str = "fp32") -> tuple[str, dict[str, tuple[int, float, int]]]:
     """Train ``method`` on ``task`` with every stage at ``steps`` steps in a temporary cache: the task's dataset
-    and, per stage label, (steps, trainer seconds, batch size), the dense base as ``dense:base``."""
+    and, per stage label, (steps, trainer seconds, batch size), the dense base as ``dense:base`` (on a rank
+    other than 0, no stages)."""
     import torch
 
-    from bench import checkpoints, config, protocol, runner
+    from bench import checkpoints, config, distributed, protocol, runner
 
     torch.set_num_threads(threads)
-    with tempfile.TemporaryDirectory(prefix="bench-throughput-") as cache:
+    with shared_temporary_cache() as cache:
         cfg = config.compose([f"method={method}", f"task={task}", f"cache_dir={cache}", f"threads={threads}",
                               f"{task}.train_steps={steps}", "shipped=false", f"precision={precision}"])
         config.check_config(cfg, method, task)
@@ -58,6 +66,8 @@ def stage_times(task: str, method: str, threads: int, steps: int,
             protocol.allocate = allocate
         plan, out = method_impl.training_plan, {}
         batch = plan.batch_size
+        if not distributed.is_main():  # rank 0 alone writes the checkpoints, and the rows
+            return task_impl.dataset, out
         if plan.starts_from == "base" or not plan.stages:
             base = run.stage_path("dense", protocol.base_stage_name(), run.base_key(task_impl))
             state = checkpoints.read(base, checkpoints.FINAL_KEYS)
@@ -71,9 +81,25 @@ def stage_times(task: str, method: str, threads: int, steps: int,
         return task_impl.dataset, out
 
 
+@contextlib.contextmanager
+def shared_temporary_cache():
+    """A temporary cache folder, the same one on every data-parallel rank (rank 0 makes it and removes it once
+    every rank is done with it)."""
+    from bench import distributed
+
+    distributed.setup("cpu")  # joins the process group under torchrun (the run's own setup is then a no-op)
+    cache = distributed.broadcast(tempfile.mkdtemp(prefix="bench-throughput-") if distributed.is_main() else None)
+    try:
+        yield cache
+    finally:
+        distributed.barrier()
+        if distributed.is_main():
+            shutil.rmtree(cache, ignore_errors=True)
+
+
 def measure(task: str, method: str, threads: int, n1: int, n2: int, precision: str = "fp32") -> list[dict]:
     """One row per stage: its rate between the two trainings."""
-    from bench import provenance
+    from bench import distributed, provenance
 
     load_before = os.getloadavg()[0]
     (_, short), (dataset, long) = (stage_times(task, method, threads, n, precision) for n in (n1, n2))
@@ -86,7 +112,8 @@ def measure(task: str, method: str, threads: int, n1: int, n2: int, precision: s
                      "precision": precision, "batch": batch,
                      "steps_timed": steps2 - steps1, "seconds": round(t2 - t1, 4), "steps_per_s": round(rate, 3),
                      "samples_per_s": round(rate * batch, 1), "load_before": load_before, "load_after": load_after,
-                     "cpus": os.cpu_count() or 0, "device_name": provenance.device_name("cpu")})
+                     "cpus": os.cpu_count() or 0, "processes": distributed.world(),
+                     "device_name": provenance.device_name("cpu")})
     return rows
 
 
@@ -108,13 +135,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", default="fp32",
                         help="comma-separated training precisions (fp32, bf16, fp16; default fp32): bf16 autocast "
                              "pays on a CPU with bf16 instructions at sizes where the matrix products dominate")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="data-parallel processes per training (torchrun, --threads each; default 1; as "
+                             "scripts/campaign.py --nproc)")
     parser.add_argument("--results-dir", default="results")
     parser.add_argument("--reports-dir", default="reports")
     args = parser.parse_args(argv)
     os.environ.setdefault("BENCH_QUIET", "1")
+    from bench import distributed
+
+    if args.processes < 1:
+        parser.error("--processes must be at least 1")
+    if args.processes > 1 and distributed.launched_world() == 1:  # start the ranks, each running this script
+        own_args = sys.argv[1:] if argv is None else argv
+        return subprocess.call([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                f"--nproc_per_node={args.processes}", __file__, *own_args])
+    if distributed.launched_world() != args.processes:
+        parser.error(f"launched with {distributed.launched_world()} processes, but --processes is {args.processes}")
+    try:
+        return write_rows(args, argv)
+    finally:
+        distributed.shutdown()
+
+
+def write_rows(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """Measure every (task, method, threads, precision) asked for; rank 0 writes the rows and the page."""
     import pandas as pd
 
-    from bench import provenance, results
+    from bench import distributed, provenance, results
 
     n1, n2 = (int(v) for v in args.steps.split(","))
     sha, dirty = provenance.git_sha(), provenance.git_dirty()
@@ -124,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         for method in (args.methods.split(",") if args.methods else methods_of(task)):
             for threads, precision in ((int(t), p) for t in args.threads.split(",") for p in args.precision.split(",")):
                 rows = measure(task, method, threads, n1, n2, precision)
-                run_id = f"{stamp}-{task}-{method}-t{threads}" + ("" if precision == "fp32" else f"-{precision}")
+                if not distributed.is_main():
+                    continue
+                run_id = (f"{stamp}-{task}-{method}-t{threads}" + ("" if precision == "fp32" else f"-{precision}")
+                          + ("" if args.processes == 1 else f"-p{args.processes}"))
                 frame = pd.DataFrame([{**r, "run_id": run_id, "git_sha": sha, "git_dirty": dirty,
                                        "command": "python scripts/train_throughput.py "
                                        + " ".join(argv or sys.argv[1:]),
@@ -135,9 +186,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{task} {r['stage']} threads={threads} {precision}: {r['steps_per_s']:.1f} steps/s, "
                           f"{r['samples_per_s']:.0f} samples/s (load {r['load_before']:.2f} → {r['load_after']:.2f})",
                           flush=True)
-    from bench.report import throughput as report_throughput
+    if distributed.is_main():
+        from bench.report import throughput as report_throughput
 
-    print(*report_throughput.write(Path(args.results_dir), Path(args.reports_dir)), sep="\n")
+        print(*report_throughput.write(Path(args.results_dir), Path(args.reports_dir)), sep="\n")
     return 0
 
 

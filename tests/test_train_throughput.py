@@ -14,20 +14,45 @@ from tests.helpers import load_script
 def test_rates_per_stage_rows_and_page(tmp_path):
     tp = load_script("train_throughput")
     results_dir, reports_dir = tmp_path / "results", tmp_path / "reports"
-    assert tp.main(["--task", "parity", "--methods", "dense,act", "--threads", "1", "--steps", "5,15",
+    assert tp.main(["--task", "parity", "--methods", "dense,act", "--threads", "1", "--steps", "5,45",
                     "--precision", "fp32,bf16", "--results-dir", str(results_dir),
                     "--reports-dir", str(reports_dir)]) == 0
     rows = pd.concat([pd.read_csv(f) for f in sorted((results_dir / "throughput").glob("*.csv"))])
     assert set(rows["stage"]) == {"dense:base", "act:tau0.001"}  # ACT trains from scratch: no base stage of its own
     assert sorted(rows.groupby("stage")["precision"].apply(sorted).iloc[0]) == ["bf16", "fp32"]
-    assert (rows["steps_timed"] == 10).all() and (rows["steps_per_s"] > 0).all()
+    assert (rows["steps_timed"] == 40).all() and (rows["steps_per_s"] > 0).all()
     assert list(rows["samples_per_s"]) == pytest.approx(list(rows["steps_per_s"] * rows["batch"]), rel=1e-3)
     assert rows["cpus"].gt(0).all() and rows["load_before"].notna().all() and rows["git_sha"].notna().all()
     page = (reports_dir / "throughput.md").read_text()
     assert (rows["dataset"].str.startswith("parity-vector n=32")).all()  # the data each stage trained on
     for precision in ("fp32", "bf16"):
-        assert f"| parity (parity-vector n=32) | act:tau0.001 | 1 | {precision} | 128 |" in page
+        assert f"| parity (parity-vector n=32) | act:tau0.001 | 1 | 1 | {precision} | 128 |" in page
     assert "quiet (" in page or "loaded (" in page
+
+
+def test_two_processes_time_their_global_steps_beside_one_process(tmp_path):
+    """--processes 2 starts two data-parallel ranks (torchrun) that train each stage on halves of its batch: rank 0
+    writes the rows (processes 2, the global batch), the page shows them beside one process's, and the rates
+    that estimates read stay one process's."""
+    tp = load_script("train_throughput")
+    from bench import throughput
+
+    results_dir, reports_dir = tmp_path / "results", tmp_path / "reports"
+    common = ["--task", "parity", "--methods", "dense", "--threads", "1", "--steps", "5,45",
+              "--results-dir", str(results_dir), "--reports-dir", str(reports_dir)]
+    assert tp.main([*common, "--processes", "2"]) == 0
+    two = throughput.read_rows(results_dir / "throughput")
+    assert list(two["processes"]) == [2] and list(two["stage"]) == ["dense:base"] and two["steps_per_s"].gt(0).all()
+    assert throughput.measured_rates(results_dir / "throughput") == {}  # no one-process row yet
+    assert tp.main(common) == 0
+    rows = throughput.read_rows(results_dir / "throughput")
+    assert sorted(rows["processes"]) == [1, 2] and rows["batch"].nunique() == 1  # the same global batch
+    assert throughput.measured_rates(results_dir / "throughput") == {
+        ("parity", "dense:base", 1): float(rows.loc[rows["processes"] == 1, "steps_per_s"].iloc[0])}
+    page = (reports_dir / "throughput.md").read_text()
+    assert "| dense:base | 1 | 1 | fp32 |" in page and "| dense:base | 2 | 1 | fp32 |" in page
+    with pytest.raises(SystemExit):
+        tp.main([*common, "--processes", "0"])
 
 
 def test_the_plan_line_costs_each_stage_relative_to_the_base_from_the_rows(tmp_path):
