@@ -27,8 +27,9 @@ def read_rows(folder: Path):
 
 
 def one_process_fp32(rows):
-    """The rows of trainings as a run trains on the CPU by default: fp32, in one process."""
-    return rows[(rows["precision"] == "fp32") & (rows["processes"] == 1)]
+    """The rows of trainings as a run trains on the CPU by default, fp32 in one process, that measured a rate
+    (a stage whose longer training took no longer than its shorter one has none: NaN)."""
+    return rows[(rows["precision"] == "fp32") & (rows["processes"] == 1) & (rows["steps_per_s"] > 0)]
 
 
 def measured_rates(folder: Path) -> Rates:

@@ -27,8 +27,9 @@ Rates = dict[tuple[str, str, int], float]  # (task, "<method>:<stage>", threads)
 
 
 def measured_rates(folder: Path = THROUGHPUT) -> Rates:
-    """The latest measured fp32 steps per second (the campaign trains in fp32) of every (task, stage, threads)
-    in the rows of ``folder`` (``<results_dir>/throughput``)."""
+    """The latest measured steps per second of every (task, stage, threads) in the rows of ``folder``
+    (``<results_dir>/throughput``) of one-process fp32 trainings (:func:`bench.throughput.measured_rates`; the
+    campaign trains in fp32, and a ``--nproc`` command's estimate errs long or short by its ranks' speed-up)."""
     from bench import throughput
 
     return throughput.measured_rates(folder)

@@ -91,8 +91,8 @@ def shared_temporary_cache():
     cache = distributed.broadcast(tempfile.mkdtemp(prefix="bench-throughput-") if distributed.is_main() else None)
     try:
         yield cache
+        distributed.barrier()  # (not after a failure: the other ranks may be in another collective)
     finally:
-        distributed.barrier()
         if distributed.is_main():
             shutil.rmtree(cache, ignore_errors=True)
 

@@ -71,11 +71,14 @@ def test_the_plan_line_costs_each_stage_relative_to_the_base_from_the_rows(tmp_p
     folder.mkdir()
     columns = ["task", "stage", "threads", "steps_per_s", "timestamp", "load_before", "load_after", "cpus"]
     rows = [("parity", "dense:base", 1, 40.0, "2026-01-01", 0.5, 0.5, 2), ("parity", "acm:distill", 1, 20.0,
-            "2026-01-01", 0.5, 0.5, 2), ("parity", "acm:distill", 2, 1.0, "2026-01-01", 0.5, 0.5, 2)]
+            "2026-01-01", 0.5, 0.5, 2), ("parity", "acm:distill", 2, 1.0, "2026-01-01", 0.5, 0.5, 2),
+            ("parity", "acm:gates", 1, float("nan"), "2026-01-02", 0.5, 0.5, 2)]  # no rate measured
+    e2e = next(s.name for s in stages if s.name.startswith("e2e-"))
+    rows += [("parity", f"acm:e2e-x{v}", 1, v, "2026-01-01", 0.5, 0.5, 2) for v in (5.0, 8.0)]  # its kind
     pd.DataFrame(rows, columns=columns).to_csv(folder / "a.csv", index=False)
     assert stages[0].base and "distill" in [s.name for s in stages] and len(stages) > 2
     total, unmeasured = runner.training_seconds(method, stages, 0.01, folder)
-    cost = {"distill": 2.0}  # (the two-thread distill row is another thread count)
+    cost = {"distill": 2.0, e2e: 8.0}  # (the two-thread distill row is another thread count; e2e: the slowest)
     assert total == pytest.approx(sum(s.steps_left * 0.01 * (1.0 if s.base else cost.get(s.name, 1.0))
                                       for s in stages))
     assert unmeasured == [s.name for s in stages[1:] if s.name not in cost]

@@ -10,6 +10,7 @@ from bench.report.page import markdown_table, md_escape, write_page
 from bench.report.views import dataset_tag
 from bench.throughput import DIR, read_rows
 
+
 def write(results_dir: Path, reports_dir: Path) -> list[str]:
     """reports/throughput.{md,html} from every row under results/throughput (the latest run of each stage,
     thread count, precision and process count); [] when there are none."""
