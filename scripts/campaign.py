@@ -396,6 +396,30 @@ def export_new_base(seed: int, task: str, trained_by: list[str] | None = None) -
 COMMITTED = ("results", "artifacts")  # what a finished command writes that the repository keeps (with the times file)
 
 
+def drop_finished_bases(task: str, root: Path | None = None) -> list[Path]:
+    """Remove the shipped dense bases of ``task`` at seeds other than 0 whose planned commands all have rows
+    (``--export-bases`` shipped them for the campaign's later machines, which need them no more): the shipped
+    weights then keep room, within :data:`SHIPPED_LIMIT`, for the bases of the seeds still to run.  Seed 0's
+    bases stay: a fresh clone's runs at the defaults install them.  The weights files removed."""
+    import json
+
+    dropped = []
+    for meta_path in sorted((root or campaign_partials.ARTIFACTS).glob(f"{task}/dense/*.json")):
+        if meta_path.name.endswith(".partial.json"):
+            continue
+        seed = json.loads(meta_path.read_text()).get("key", {}).get("seed")
+        if not isinstance(seed, int) or seed == 0 or any(not has_rows(seed, point)
+                                                         for _, point in planned((seed,), (task,))):
+            continue
+        weights = meta_path.with_suffix(".safetensors")
+        weights.unlink(missing_ok=True)
+        meta_path.unlink()
+        dropped.append(weights)
+        print(f"[campaign] every planned {task} command of seed {seed} has its rows: its shipped dense base "
+              f"{weights.name} is removed", flush=True)
+    return dropped
+
+
 def commit_paths(paths: list[str], message: str, root: Path = ROOT) -> bool:
     """Commit every new or changed file under ``paths`` (relative to ``root``), and nothing else: other
     changes, staged or not, stay as they are.  False (and one line) when there is nothing to commit or git
@@ -702,12 +726,14 @@ def own_seconds(seconds: float, borrowed: dict[Path, float]) -> float | None:
 
 def record_finished(times: Path, seed: int, point: Point, seconds: float, start: Started, nproc: int = 1) -> None:
     """Record a finished command's wall time (:func:`own_seconds`), unless it resumed from shipped checkpoints;
-    then drop the shipped checkpoints no pending command needs any more (:func:`drop_unneeded`)."""
+    then drop the shipped checkpoints and bases no pending command needs any more (:func:`drop_unneeded`,
+    :func:`drop_finished_bases`)."""
     if not start.resumed:
         own = own_seconds(seconds, start.borrowed)
         if own is not None:
             record_time(times, seed, point, own, nproc)
     drop_unneeded(point.task)
+    drop_finished_bases(point.task)
 
 
 def drop_unneeded(task: str) -> list[Path]:

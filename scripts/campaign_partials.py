@@ -17,6 +17,7 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "bench"  # the cache_dir of the campaign's commands (bench's default)
+ARTIFACTS = ROOT / "artifacts"  # where the campaign's shipped bases are (bench.artifacts.ROOT of this checkout)
 SHIPPED_LIMIT = 64 * 2 ** 20  # bytes of shipped files (weights and resumable checkpoints) artifacts/ holds at most
 
 

@@ -18,9 +18,11 @@ def _campaign():
 @pytest.fixture(autouse=True)
 def _no_real_cache(tmp_path, monkeypatch):
     """A campaign run in a test looks for finished stages in an empty cache, so it never removes a shipped
-    checkpoint of the repository's artifacts/ (whose stage this machine's .cache may hold)."""
+    checkpoint of the repository's artifacts/ (whose stage this machine's .cache may hold), nor, looking in an
+    empty folder, a shipped base."""
     partials = sys.modules.get("campaign_partials") or load_script("campaign_partials")
     monkeypatch.setattr(partials, "CACHE", tmp_path / "empty-cache")
+    monkeypatch.setattr(partials, "ARTIFACTS", tmp_path / "no-artifacts")  # nor a shipped base
 
 
 def test_every_planned_command_composes_and_passes_the_checks():
@@ -1059,6 +1061,27 @@ def test_status_lists_every_pending_command_with_its_estimate(monkeypatch):
                             lambda seed, point: with_base)
     assert "training about 1.0 h by measured throughput" in lines[0]  # 3000 + 600 s at seed 0
     assert "training about 0.8 h by measured throughput" in lines[1]  # seed 1 trains its own base
+
+
+def test_a_shipped_base_goes_once_every_planned_command_of_its_seed_has_rows(tmp_path, monkeypatch, capsys):
+    """Seed 1's base goes (its commands all have rows), seed 2's stays (one has none), seed 0's always stays
+    (a fresh clone's default runs install it), and another task's is not looked at."""
+    import json
+
+    campaign = _campaign()
+    root = tmp_path / "artifacts"
+    for task, seed in (("parity", 0), ("parity", 1), ("parity", 2), ("imagenet", 1)):
+        folder = root / task / "dense"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"w1.0-d1.0-s{seed}.json").write_text(json.dumps({"key": {"seed": seed, "task": task}}))
+        (folder / f"w1.0-d1.0-s{seed}.safetensors").write_bytes(b"weights")
+    late = campaign.planned((2,), ("parity",))[-1]
+    monkeypatch.setattr(campaign, "has_rows", lambda seed, point: (seed, point) != late)
+    assert campaign.drop_finished_bases("parity", root) == [root / "parity" / "dense" / "w1.0-d1.0-s1.safetensors"]
+    left = sorted(p.name for p in root.rglob("*") if p.is_file())
+    assert left == sorted(f"w1.0-d1.0-s{s}.{ext}" for s in (0, 2, 1) for ext in ("json", "safetensors"))
+    assert "every planned parity command of seed 1 has its rows" in capsys.readouterr().out
+    assert campaign.drop_finished_bases("parity") == []  # (tests: campaign_partials.ARTIFACTS is an empty folder)
 
 
 def test_commit_finished_commits_rows_artifacts_and_times_only(tmp_path, monkeypatch):
