@@ -396,27 +396,37 @@ def export_new_base(seed: int, task: str, trained_by: list[str] | None = None) -
 COMMITTED = ("results", "artifacts")  # what a finished command writes that the repository keeps (with the times file)
 
 
-def drop_finished_bases(task: str, root: Path | None = None) -> list[Path]:
-    """Remove the shipped dense bases of ``task`` at seeds other than 0 whose planned commands all have rows
-    (``--export-bases`` shipped them for the campaign's later machines, which need them no more): the shipped
-    weights then keep room, within :data:`SHIPPED_LIMIT`, for the bases of the seeds still to run.  Seed 0's
-    bases stay: a fresh clone's runs at the defaults install them.  The weights files removed."""
+def settle_bases(seed: int, point: Point, line: list[str], plan: list[tuple[int, Point]]) -> None:
+    """``--export-bases`` after a finished command: ship the base it trained (:func:`export_new_base`), then
+    remove the shipped bases of its task that ``plan`` needs no more (:func:`drop_finished_bases`)."""
+    if is_base(point) or starts_from_base(point):
+        export_new_base(seed, point.task, None if is_base(point) else line)
+    drop_finished_bases(point.task, plan)
+
+
+def drop_finished_bases(task: str, plan: list[tuple[int, Point]], root: Path | None = None) -> list[Path]:
+    """Remove the shipped dense bases of ``task`` at the seeds other than 0 whose commands in ``plan`` (the
+    campaign's, after ``--match``) all have rows (``--export-bases`` shipped them for the campaign's later
+    machines, which need them no more): the shipped weights then keep room, within :data:`SHIPPED_LIMIT`, for
+    the bases of the seeds still to run.  Seed 0's bases stay: a fresh clone's runs at the defaults install
+    them.  A seed the plan does not hold is not looked at.  The weights files removed."""
     import json
 
+    seeds = {seed for seed, point in plan if point.task == task and seed != 0}
+    done = {seed for seed in seeds if all(has_rows(s, p) for s, p in plan if s == seed and p.task == task)}
     dropped = []
     for meta_path in sorted((root or campaign_partials.ARTIFACTS).glob(f"{task}/dense/*.json")):
         if meta_path.name.endswith(".partial.json"):
             continue
         seed = json.loads(meta_path.read_text()).get("key", {}).get("seed")
-        if not isinstance(seed, int) or seed == 0 or any(not has_rows(seed, point)
-                                                         for _, point in planned((seed,), (task,))):
+        if seed not in done:
             continue
         weights = meta_path.with_suffix(".safetensors")
         weights.unlink(missing_ok=True)
         meta_path.unlink()
         dropped.append(weights)
-        print(f"[campaign] every planned {task} command of seed {seed} has its rows: its shipped dense base "
-              f"{weights.name} is removed", flush=True)
+        print(f"[campaign] every {task} command of seed {seed} in this campaign has its rows: its shipped dense "
+              f"base {weights.name} is removed", flush=True)
     return dropped
 
 
@@ -581,7 +591,7 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
     try:
         while waiting or running:
             if pause is not None and dt.datetime.now(dt.timezone.utc) >= pause:
-                stopped, failed_now = pause_running(running, len(plan), times, export_bases, commit)
+                stopped, failed_now = pause_running(running, plan, times, export_bases, commit)
                 return 130 if stopped else 1 if failed + failed_now else 0
             startable = ([item for item in waiting if _ready(item, waiting, running, trained_bases)]
                          if len(running) < jobs else [])
@@ -617,7 +627,7 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
             for job in [job for job in running if job.process.poll() is not None]:
                 running.remove(job)
                 trained_bases = {key: True for key, done in trained_bases.items() if done}
-                if not settle(job, len(plan), times, export_bases, commit):
+                if not settle(job, plan, times, export_bases, commit):
                     failed += 1
                     waiting = [item for item in waiting if not (is_base(job.point) and item[2].task == job.point.task
                                                                  and item[1] == job.seed and starts_from_base(item[2]))]
@@ -630,23 +640,23 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
     return 1 if failed else 0
 
 
-def settle(job: Job, planned: int, times: Path, export_bases: bool, commit: bool) -> bool:
-    """A parallel command that has ended: a finished one's wall time, base (``--export-bases``) and commit
-    (``--commit``) are settled as the one-at-a-time campaign's are.  Whether it finished."""
+def settle(job: Job, plan: list[tuple[int, Point]], times: Path, export_bases: bool, commit: bool) -> bool:
+    """A parallel command of ``plan`` that has ended: a finished one's wall time, bases (``--export-bases``)
+    and commit (``--commit``) are settled as the one-at-a-time campaign's are.  Whether it finished."""
     seconds = time.time() - job.start
     rc = job.process.returncode
-    print(f"[campaign] {job.index}/{planned} rc={rc} after {seconds:.0f} s (log: {job.log})", flush=True)
+    print(f"[campaign] {job.index}/{len(plan)} rc={rc} after {seconds:.0f} s (log: {job.log})", flush=True)
     if rc != 0:
         return False
     record_finished(times, job.seed, job.point, seconds, job.started)
-    if export_bases and (is_base(job.point) or starts_from_base(job.point)):
-        export_new_base(job.seed, job.point.task, None if is_base(job.point) else job.line)
+    if export_bases:
+        settle_bases(job.seed, job.point, job.line, plan)
     if commit:
         commit_finished(job.seed, job.point, times)
     return True
 
 
-def pause_running(running: list[Job], planned: int, times: Path, export_bases: bool,
+def pause_running(running: list[Job], plan: list[tuple[int, Point]], times: Path, export_bases: bool,
                   commit: bool) -> tuple[int, int]:
     """``--pause-at`` with ``--jobs``: settle the commands that ended on their own, then stop the others as a
     Ctrl-C does (each training saves its checkpoint) and ship what each saved of its plan's stages (one that
@@ -655,7 +665,7 @@ def pause_running(running: list[Job], planned: int, times: Path, export_bases: b
     from bench import signals
 
     with signals.deferred():
-        failed = sum(not settle(job, planned, times, export_bases, commit)
+        failed = sum(not settle(job, plan, times, export_bases, commit)
                      for job in running if job.process.poll() is not None)
         stopping = [job for job in running if job.process.returncode is None]
         print(f"[campaign] pause time reached: stopping {len(stopping)} running command(s); no other starts",
@@ -665,7 +675,7 @@ def pause_running(running: list[Job], planned: int, times: Path, export_bases: b
         for job in stopping:
             job.process.wait()
         for job in stopping:
-            if not settle(job, planned, times, export_bases, commit):
+            if not settle(job, plan, times, export_bases, commit):
                 pause_and_ship(job.seed, job.point, job.line, commit)
         running.clear()
     return len(stopping), failed
@@ -726,14 +736,12 @@ def own_seconds(seconds: float, borrowed: dict[Path, float]) -> float | None:
 
 def record_finished(times: Path, seed: int, point: Point, seconds: float, start: Started, nproc: int = 1) -> None:
     """Record a finished command's wall time (:func:`own_seconds`), unless it resumed from shipped checkpoints;
-    then drop the shipped checkpoints and bases no pending command needs any more (:func:`drop_unneeded`,
-    :func:`drop_finished_bases`)."""
+    then drop the shipped checkpoints no pending command needs any more (:func:`drop_unneeded`)."""
     if not start.resumed:
         own = own_seconds(seconds, start.borrowed)
         if own is not None:
             record_time(times, seed, point, own, nproc)
     drop_unneeded(point.task)
-    drop_finished_bases(point.task)
 
 
 def drop_unneeded(task: str) -> list[Path]:
@@ -908,7 +916,7 @@ def run_one_at_a_time(plan: list[tuple[int, Point]], args: argparse.Namespace, t
         print(f"[campaign] {i}/{len(plan)} {dt.datetime.now(dt.timezone.utc):%H:%M:%S} "
               f"{shlex.join(line if args.nproc == 1 else ['torchrun', f'--nproc_per_node={args.nproc}', *line[1:]])}",
               flush=True)
-        rc = run_command(seed, point, line, args, times, shipper, pause)
+        rc = run_command(seed, point, line, args, times, shipper, pause, plan)
         if rc == 130:  # interrupted or paused: stop the campaign too
             return rc
         failed += rc != 0
@@ -916,10 +924,10 @@ def run_one_at_a_time(plan: list[tuple[int, Point]], args: argparse.Namespace, t
 
 
 def run_command(seed: int, point: Point, line: list[str], args: argparse.Namespace, times: Path,
-                shipper: BaseShipper | None, pause: dt.datetime | None) -> int:
-    """Run one command of the one-at-a-time campaign and settle what it leaves: paused, its checkpoints ship;
-    finished, its wall time (unless it resumed from shipped checkpoints), its base (``--export-bases``) and
-    its commit (``--commit``).  Its exit code."""
+                shipper: BaseShipper | None, pause: dt.datetime | None, plan: list[tuple[int, Point]]) -> int:
+    """Run one command of the one-at-a-time campaign's ``plan`` and settle what it leaves: paused, its
+    checkpoints ship; finished, its wall time (unless it resumed from shipped checkpoints), its bases
+    (``--export-bases``: :func:`settle_bases`) and its commit (``--commit``).  Its exit code."""
     record(times, seed, point, START, args.nproc)
     start_plan = started(seed, point)
     start = time.time()
@@ -930,8 +938,8 @@ def run_command(seed: int, point: Point, line: list[str], args: argparse.Namespa
         pause_and_ship(seed, point, line, args.commit, args.nproc)
     if rc == 0:
         record_finished(times, seed, point, seconds, start_plan, args.nproc)
-        if args.export_bases and (is_base(point) or starts_from_base(point)):
-            export_new_base(seed, point.task, None if is_base(point) else line)
+        if args.export_bases:
+            settle_bases(seed, point, line, plan)
         if args.commit:
             commit_finished(seed, point, times)
     return rc

@@ -1064,8 +1064,9 @@ def test_status_lists_every_pending_command_with_its_estimate(monkeypatch):
 
 
 def test_a_shipped_base_goes_once_every_planned_command_of_its_seed_has_rows(tmp_path, monkeypatch, capsys):
-    """Seed 1's base goes (its commands all have rows), seed 2's stays (one has none), seed 0's always stays
-    (a fresh clone's default runs install it), and another task's is not looked at."""
+    """Seed 1's base goes (its commands in the campaign's plan all have rows), seed 2's stays (one has none),
+    seed 0's always stays (a fresh clone's default runs install it), another task's is not looked at, and a
+    seed outside the plan keeps its base."""
     import json
 
     campaign = _campaign()
@@ -1075,13 +1076,17 @@ def test_a_shipped_base_goes_once_every_planned_command_of_its_seed_has_rows(tmp
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"w1.0-d1.0-s{seed}.json").write_text(json.dumps({"key": {"seed": seed, "task": task}}))
         (folder / f"w1.0-d1.0-s{seed}.safetensors").write_bytes(b"weights")
-    late = campaign.planned((2,), ("parity",))[-1]
+    plan = campaign.planned((0, 1, 2), ("parity", "imagenet"))
+    late = [item for item in plan if item[0] == 2 and item[1].task == "parity"][-1]
     monkeypatch.setattr(campaign, "has_rows", lambda seed, point: (seed, point) != late)
-    assert campaign.drop_finished_bases("parity", root) == [root / "parity" / "dense" / "w1.0-d1.0-s1.safetensors"]
+    dropped = campaign.drop_finished_bases("parity", plan, root)
+    assert dropped == [root / "parity" / "dense" / "w1.0-d1.0-s1.safetensors"]
     left = sorted(p.name for p in root.rglob("*") if p.is_file())
     assert left == sorted(f"w1.0-d1.0-s{s}.{ext}" for s in (0, 2, 1) for ext in ("json", "safetensors"))
-    assert "every planned parity command of seed 1 has its rows" in capsys.readouterr().out
-    assert campaign.drop_finished_bases("parity") == []  # (tests: campaign_partials.ARTIFACTS is an empty folder)
+    assert "every parity command of seed 1 in this campaign has its rows" in capsys.readouterr().out
+    seed_2 = [item for item in plan if item[0] == 2]  # a campaign of seed 2 alone leaves seed 1's base alone
+    assert campaign.drop_finished_bases("imagenet", seed_2, root) == [] and (root / "imagenet").exists()
+    assert campaign.drop_finished_bases("parity", plan) == []  # (tests: campaign_partials.ARTIFACTS is empty)
 
 
 def test_commit_finished_commits_rows_artifacts_and_times_only(tmp_path, monkeypatch):
