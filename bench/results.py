@@ -26,15 +26,20 @@ from typing import Any, Callable, Iterable
 from bench import registry
 from bench.errors import DISK_FULL_ERRNOS, disk_full
 
-SCHEMA_VERSION = 7  # 2: same-process dense timing ratios and the cost check; 3: load average, code version;
+SCHEMA_VERSION = 8  # 2: same-process dense timing ratios and the cost check; 3: load average, code version;
 # 4: the training protocol's version; 5: precision, compute dtypes of the counter and the timer, world size
 # (rows without these columns: fp32, one process); 6: base_train_time_s, and train_time_s without the base's
 # time for a method that fine-tunes it; 7: val_quality and val_n (the task's validation split), recipe,
-# train_samples and base_train_samples (rows without them: recipe matched, compute not recorded)
+# train_samples and base_train_samples (rows without them: recipe matched, compute not recorded); 8:
+# timing_other_cpus (rows without it: the load average tells quiet from loaded)
 # The training protocol a row's model was trained under: 1 = each method's own budget, data order and seeds
 # (rows without this column); 2 = stages run by the core (bench/protocol.py: one method budget, data
 # continuing after the base model, per-step seeds).  Reports never join rows of two versions in one curve.
 PROTOCOL_VERSION = 2
+# Other processes keeping more than this many CPUs busy on average while a value is timed (the row's
+# ``timing_other_cpus``) make its timing noise: a quiet machine's daemons keep a few hundredths busy, another
+# one-thread training about 1.
+BUSY_OTHER_CPUS = 0.25
 FILE_MODE = 0o644  # mkstemp creates 0600; result files are meant to be read by everyone
 
 # Run-level keys that cannot change a row's quality, cost or samples: they never enter the config hash
@@ -136,6 +141,9 @@ class ResultRow:
     recipe: str = "matched"
     train_samples: int = 0
     base_train_samples: int = 0
+    # the CPUs other processes kept busy on average while the row's value was timed (bench/timing.py OtherCpus;
+    # schema 8, NaN before and where unmeasured): the report's quiet/loaded test where it is there
+    timing_other_cpus: float = float("nan")
 
 
 COLUMNS = [f.name for f in dataclasses.fields(ResultRow)]

@@ -33,7 +33,8 @@ from bench.api import Batch, Method, Task
 from bench.errors import UserError
 from bench.progress import progress
 from bench.run import RunContext, cpu_threads, plain
-from bench.timing import Timing, measure_against_dense
+from bench.results import BUSY_OTHER_CPUS
+from bench.timing import OtherCpus, Timing, measure_against_dense
 
 log = logging.getLogger("bench")
 
@@ -331,7 +332,7 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
         quality, samples = evaluate(method, model, task, limit=cfg.eval_limit, device=device, precision=precision)
         val_quality, val_n = _validation_quality(method, model, validation, cfg, device, precision)
         counted, _, uncounted, cost_check = checks[str(value)]
-        timing, load_avg = _time_value(cfg, model, dense, task, device, precision)
+        timing, load_avg, other_cpus = _time_value(cfg, model, dense, task, device, precision)
         summary = cost.percentile_summary(torch.tensor(samples["macs"].to_numpy(copy=True)))
         row_id = _row_id(chash, spec.knob, value, cfg.seed)
         twin = _identical_row(cfg.results_dir, task_name, method_name, chash, spec.knob, value, cfg.seed,
@@ -346,13 +347,13 @@ def run(cfg: Any, method_name: str, task_name: str, command: str) -> list[str]:
             extra_metrics=";".join(f"{k}={v:.6g}" for k, v in quality.extra.items()),
             **summary, cost_pct_dense=100.0 * summary["macs_mean"] / macs_dense, macs_counted_mean=counted,
             cost_check=cost_check, uncounted_ops=";".join(uncounted), **_timing_fields(timing),
-            timing_load_avg=load_avg, run_id=row_id, timestamp=provenance.timestamp(), val_quality=val_quality,
-            val_n=val_n)
+            timing_load_avg=load_avg, timing_other_cpus=other_cpus, run_id=row_id, timestamp=provenance.timestamp(),
+            val_quality=val_quality, val_n=val_n)
         written.append(str(results.append(cfg.results_dir, row, row_id, samples,
                                           config_yaml=OmegaConf.to_yaml(cfg, resolve=True))))
         log.info("%s %s %s=%s: %s=%.4f, %.4g MACs/sample (%.1f%% of dense), %s", task_name, method_name,
                  spec.knob, value, task.metric, quality.value, summary["macs_mean"], row.cost_pct_dense,
-                 timing_text(timing, load_avg, os.cpu_count() or 0) if cfg.timing else "not timed")
+                 timing_text(timing, load_avg, os.cpu_count() or 0, other_cpus) if cfg.timing else "not timed")
     log.info("done in %.1f s; rows: %s", time.perf_counter() - t0, ", ".join(written))
     return written
 
@@ -370,18 +371,20 @@ def _validation_quality(method: Method, model: torch.nn.Module, validation: Task
 
 
 def _time_value(cfg: Any, model: torch.nn.Module, dense: torch.nn.Module | None, task: Task, device: str,
-                precision: str) -> tuple[Timing, float]:
-    """The knob value's timing against the dense base in this process, and the load when it started;
-    NaN timings when the run does not time."""
+                precision: str) -> tuple[Timing, float, float]:
+    """The knob value's timing against the dense base in this process, the load when it started, and the
+    CPUs other processes kept busy while it ran (:class:`bench.timing.OtherCpus`); NaN timings when the run
+    does not time."""
     if not cfg.timing:
-        return Timing(*(float("nan"),) * 3, 0), float("nan")
+        return Timing(*(float("nan"),) * 3, 0), float("nan"), float("nan")
     load_avg = os.getloadavg()[0]  # the machine's load when this value's timing starts
+    others = OtherCpus()
     timing = measure_against_dense(model, dense, lambda b: task.example_input(b).to(device),
                                    batch=cfg.timing_batch, threads=int(cfg.threads),
                                    min_run_time=float(cfg.timing_min_run_s), rounds=int(cfg.timing_rounds),
                                    call=lambda m, x: _infer_in(precision, task, m, x),
                                    device=torch.device(device).type)
-    return timing or Timing(*(float("nan"),) * 3, 0), load_avg
+    return timing or Timing(*(float("nan"),) * 3, 0), load_avg, others.stop()
 
 
 def _timing_fields(timing: Timing) -> dict[str, Any]:
@@ -395,12 +398,17 @@ def _timing_fields(timing: Timing) -> dict[str, Any]:
 WIDE_SPREAD = 0.25  # a batch-1 latency whose IQR exceeds this share of its median is called noisy
 
 
-def timing_text(timing: Timing, load_avg: float, cpus: int) -> str:
-    """The console's timing ratios, with the caveats the report applies: a loaded machine (1-minute load
-    average above the CPU count) or a wide spread makes the ratios noise, and the line says so."""
+def timing_text(timing: Timing, load_avg: float, cpus: int, other_cpus: float = math.nan) -> str:
+    """The console's timing ratios, with the caveats the report applies: a loaded machine (other processes
+    keeping more than :data:`bench.results.BUSY_OTHER_CPUS` busy while it ran; where that was not measured,
+    a 1-minute load average above the CPU count) or a wide spread makes the ratios noise, and the line says
+    so."""
     text = f"batch-1 latency {timing.latency_b1_ratio:.2f}x dense, throughput {timing.throughput_ratio:.2f}x dense"
     caveats = []
-    if cpus and load_avg > cpus:
+    if math.isfinite(other_cpus):
+        if other_cpus > BUSY_OTHER_CPUS:
+            caveats.append(f"other processes kept {other_cpus:.2f} CPUs busy while it was timed")
+    elif cpus and load_avg > cpus:
         caveats.append(f"timed at load {load_avg:.1f} on {cpus} CPUs")
     spread = timing.latency_b1_iqr_ms / timing.latency_b1_ms if timing.latency_b1_ms > 0 else math.nan
     if spread > WIDE_SPREAD:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -23,6 +24,36 @@ import torch
 from torch import nn
 
 from bench.kernels.timer import device_timer, median_iqr
+
+class OtherCpus:
+    """How many CPUs processes other than this one kept busy, on average, from its creation to :meth:`stop`:
+    the machine's busy CPU time (psutil: user, system, interrupts, and time the hypervisor stole) less this
+    process's own, over the wall time.  About 0 on a quiet machine, about 1 beside another one-thread
+    training; unlike the 1-minute load average, it does not lag behind a training that just ended.  NaN
+    where psutil cannot read the CPU times."""
+
+    def __init__(self) -> None:
+        self.start = _cpu_sample()
+
+    def stop(self) -> float:
+        end = _cpu_sample()
+        if self.start is None or end is None or end[0] <= self.start[0]:
+            return math.nan
+        (t0, busy0, own0), (t1, busy1, own1) = self.start, end
+        return max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)
+
+
+def _cpu_sample() -> tuple[float, float, float] | None:
+    """(monotonic seconds, the machine's busy CPU seconds, this process's CPU seconds), or None."""
+    try:
+        import psutil
+
+        machine, own = psutil.cpu_times(), psutil.Process().cpu_times()
+    except Exception:  # psutil missing, or a platform where it cannot read them
+        return None
+    idle = sum(getattr(machine, name, 0.0) for name in ("idle", "iowait", "guest", "guest_nice"))
+    return time.monotonic(), sum(machine) - idle, own.user + own.system
+
 
 # How a model is called on an input batch (a task may decode instead of a single forward).
 Call = Callable[[nn.Module, torch.Tensor], Any]

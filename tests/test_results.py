@@ -66,6 +66,46 @@ def test_the_console_timing_line_says_when_the_ratios_are_noise():
     assert loaded.endswith("(NOISY: timed at load 3.9 on 2 CPUs; re-time on a quiet machine before reading it)")
     wide = Timing(1.0, 0.77, 100.0, 32, latency_b1_ratio=0.23, throughput_ratio=1.0, rounds=3)
     assert "latency IQR 77% of its median" in timing_text(wide, 0.5, 2)
+    # measured, the CPUs other processes kept busy decide, not the lagging load average
+    assert timing_text(quiet, 3.9, 2, other_cpus=0.05) == "batch-1 latency 0.80x dense, throughput 1.20x dense"
+    assert "(NOISY: other processes kept 0.96 CPUs busy while it was timed;" in timing_text(quiet, 0.5, 2, 0.96)
+
+
+def test_the_cpus_other_processes_keep_busy_are_measured_without_the_runs_own(monkeypatch):
+    """OtherCpus: the machine's busy CPU seconds less this process's, over the wall time (fake clock and CPU
+    times); a process spinning beside the run counts about one CPU, the run's own spinning none."""
+    import subprocess
+    import sys
+    import time
+
+    from bench import timing
+
+    samples = iter([(10.0, 100.0, 5.0), (12.0, 103.5, 6.5)])  # 3.5 busy-CPU s in 2 s, 1.5 of them the run's
+    monkeypatch.setattr(timing, "_cpu_sample", lambda: next(samples))
+    assert timing.OtherCpus().stop() == pytest.approx(1.0)
+    monkeypatch.setattr(timing, "_cpu_sample", lambda: None)  # psutil cannot read them
+    assert timing.OtherCpus().stop() != timing.OtherCpus().stop()  # NaN
+    monkeypatch.undo()
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)  # (its start-up)
+        others = timing.OtherCpus()
+        time.sleep(1.0)
+        assert others.stop() > 0.6
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+def test_the_report_tells_loaded_from_quiet_by_the_other_cpus_where_rows_have_them():
+    import pandas as pd
+
+    from bench.report.views import load_class
+
+    rows = pd.DataFrame({"timing_load_avg": [2.4, 0.5, 2.4, float("nan")], "timing_cpus": [2, 2, 2, 0],
+                         "timing_other_cpus": [0.04, 0.9, float("nan"), float("nan")]})
+    assert load_class(rows) == ["quiet", "loaded", "loaded", "load unknown"]
+    assert load_class(rows.drop(columns="timing_other_cpus")) == ["loaded", "quiet", "loaded", "load unknown"]
 
 
 def test_a_rows_training_time_is_its_own_stages_and_the_base_has_its_column(tmp_path):

@@ -158,7 +158,7 @@ def rows_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
         sha = str(r["git_sha"])[:7] + {"True": "*", "False": ""}.get(str(r["git_dirty"]), "?")
         key = r.get("row_key")
         ci = (unc.low.get(key, math.nan), unc.high.get(key, math.nan)) if unc is not None else (math.nan, math.nan)
-        load = r["_load"] if r["_load"] != "loaded" else f"LOADED ({float(r['timing_load_avg']):.1f} on {int(r['timing_cpus'])} CPUs)"
+        load = r["_load"] if r["_load"] != "loaded" else f"LOADED ({_load_reading(r)})"
         table.append([
             r["curve"], f"{r['knob_name']}={knob_label(r['knob_value'])}", _with_ci(r["quality"], ci),
             _num(r["macs_mean"] / scale, ".4g"), _num(100 * r["_frac"], ".1f", "%"),
@@ -170,3 +170,12 @@ def rows_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
             str(r["config_hash"])[:10],
         ])
     return header, table
+
+
+def _load_reading(row: dict) -> str:
+    """What made a row's timing loaded: the CPUs other processes kept busy while it ran, or (rows before
+    schema 8) the 1-minute load average against the CPU count (:func:`bench.report.views.load_class`)."""
+    other = row.get("timing_other_cpus", math.nan)
+    if isinstance(other, (int, float)) and math.isfinite(other):
+        return f"others kept {other:.2f} CPUs busy"
+    return f"{float(row['timing_load_avg']):.1f} on {int(row['timing_cpus'])} CPUs"

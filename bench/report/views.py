@@ -243,20 +243,31 @@ def task_views(frame) -> list[TaskView]:
 
 
 def load_class(rows) -> list[str]:
-    """Per row: "loaded" when the 1-minute load average read before its timing exceeded the CPU count
-    (other processes competed for the cores), "quiet" when it did not, "load unknown" for rows written
-    before the load was recorded (schema < 3)."""
-    load = rows["timing_load_avg"] if "timing_load_avg" in rows else [math.nan] * len(rows)
+    """Per row: "loaded" when other processes competed for the cores while it was timed, "quiet" when they
+    did not, "load unknown" for rows written before the load was recorded (schema < 3).  Measured as the
+    CPUs other processes kept busy during the timing (schema 8: above :data:`bench.results.BUSY_OTHER_CPUS`
+    is loaded); for older rows, as the 1-minute load average read before it against the CPU count (which
+    also counts a training of the same run that had just ended)."""
+    nan = [math.nan] * len(rows)
+    load = rows["timing_load_avg"] if "timing_load_avg" in rows else nan
     cpus = rows["timing_cpus"] if "timing_cpus" in rows else [0] * len(rows)
+    others = rows["timing_other_cpus"] if "timing_other_cpus" in rows else nan
     out = []
-    for value, n in zip(load, cpus):
-        try:
-            value, n = float(value), float(n)
-        except (TypeError, ValueError):
-            value, n = math.nan, math.nan
-        out.append("load unknown" if not (math.isfinite(value) and math.isfinite(n) and n > 0)
-                   else "loaded" if value > n else "quiet")
+    for value, n, other in zip(load, cpus, others):
+        value, n, other = (_number(v) for v in (value, n, other))
+        if math.isfinite(other):
+            out.append("loaded" if other > results.BUSY_OTHER_CPUS else "quiet")
+        else:
+            out.append("load unknown" if not (math.isfinite(value) and math.isfinite(n) and n > 0)
+                       else "loaded" if value > n else "quiet")
     return out
+
+
+def _number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def timing_view(view: TaskView) -> tuple[TaskView, str] | None:
