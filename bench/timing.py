@@ -15,8 +15,10 @@ methods by these ratios, never by absolute numbers from different runs.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -25,12 +27,15 @@ from torch import nn
 
 from bench.kernels.timer import device_timer, median_iqr
 
+
 class OtherCpus:
     """How many CPUs processes other than this one kept busy, on average, from its creation to :meth:`stop`:
-    the machine's busy CPU time (psutil: user, system, interrupts, and time the hypervisor stole) less this
-    process's own, over the wall time.  About 0 on a quiet machine, about 1 beside another one-thread
-    training; unlike the 1-minute load average, it does not lag behind a training that just ended.  NaN
-    where psutil cannot read the CPU times."""
+    the busy CPU time of the CPUs this process may run on (psutil, per CPU: user, nice, system, interrupts,
+    and time the hypervisor stole) less this process's own (every thread of it), over the wall time.  About
+    0 on a quiet machine, about 1 beside another one-thread training; unlike the 1-minute load average, it
+    does not lag behind a training that just ended, and work on CPUs the process is kept off (``taskset``)
+    does not count.  A child process of this one counts as another.  NaN where psutil cannot read the CPU
+    times (warned once)."""
 
     def __init__(self) -> None:
         self.start = _cpu_sample()
@@ -43,16 +48,27 @@ class OtherCpus:
         return max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)
 
 
+NOT_BUSY = ("idle", "iowait", "guest", "guest_nice")  # (user and nice already hold the guests' time)
+_warned: list[str] = []
+
+
 def _cpu_sample() -> tuple[float, float, float] | None:
-    """(monotonic seconds, the machine's busy CPU seconds, this process's CPU seconds), or None."""
+    """(monotonic seconds, busy CPU seconds of the CPUs this process may run on, this process's CPU
+    seconds), or None."""
     try:
         import psutil
 
-        machine, own = psutil.cpu_times(), psutil.Process().cpu_times()
-    except Exception:  # psutil missing, or a platform where it cannot read them
+        per_cpu, own = psutil.cpu_times(percpu=True), psutil.Process().cpu_times()
+        allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(len(per_cpu))
+    except Exception as err:  # psutil missing, or a platform where it cannot read them
+        if not _warned:
+            _warned.append(str(err))
+            warnings.warn(f"the CPU time of other processes is not measured ({err}); timed rows fall back on "
+                          "the load average to tell quiet from loaded", stacklevel=2)
         return None
-    idle = sum(getattr(machine, name, 0.0) for name in ("idle", "iowait", "guest", "guest_nice"))
-    return time.monotonic(), sum(machine) - idle, own.user + own.system
+    busy = sum(sum(cpu) - sum(getattr(cpu, name, 0.0) for name in NOT_BUSY)
+               for index, cpu in enumerate(per_cpu) if index in allowed)
+    return time.monotonic(), busy, own.user + own.system
 
 
 # How a model is called on an input batch (a task may decode instead of a single forward).

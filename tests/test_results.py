@@ -80,11 +80,33 @@ def test_the_cpus_other_processes_keep_busy_are_measured_without_the_runs_own(mo
 
     from bench import timing
 
-    samples = iter([(10.0, 100.0, 5.0), (12.0, 103.5, 6.5)])  # 3.5 busy-CPU s in 2 s, 1.5 of them the run's
-    monkeypatch.setattr(timing, "_cpu_sample", lambda: next(samples))
-    assert timing.OtherCpus().stop() == pytest.approx(1.0)
+    import math
+    from collections import namedtuple
+
+    import psutil
+
+    cpu = namedtuple("cpu", "user nice system idle iowait irq softirq steal guest guest_nice")
+    own = namedtuple("own", "user system")
+    ticks = iter([(10.0, [cpu(50, 0, 5, 90, 1, 0, 0, 0, 7, 0), cpu(40, 1, 4, 80, 0, 0, 0, 0, 0, 0)], own(4, 1)),
+                  # CPU 0: +2.5 busy s (+1 of it a guest's, inside user: not counted twice); CPU 1: +1.5, 0.5 stolen
+                  (12.0, [cpu(52.5, 0, 5, 91, 1, 0, 0, 0, 8, 0), cpu(41, 1, 4, 81, 0, 0, 0, 0.5, 0, 0)], own(5, 1.5))])
+    clock = {}
+
+    def cpu_times(percpu):
+        clock["t"], per_cpu, clock["own"] = next(ticks)
+        return per_cpu
+
+    monkeypatch.setattr(psutil, "cpu_times", cpu_times)
+    monkeypatch.setattr(psutil, "Process", lambda: type("P", (), {"cpu_times": lambda self: clock["own"]})())
+    monkeypatch.setattr(timing.time, "monotonic", lambda: clock["t"])
+    monkeypatch.setattr(timing.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert timing.OtherCpus().stop() == pytest.approx((2.5 + 1.5 - 1.5) / 2)  # 4 busy s, 1.5 the run's, in 2 s
+    ticks = iter([(10.0, [cpu(50, 0, 5, 90, 1, 0, 0, 0, 7, 0), cpu(40, 1, 4, 80, 0, 0, 0, 0, 0, 0)], own(4, 1)),
+                  (12.0, [cpu(52.5, 0, 5, 91, 1, 0, 0, 0, 8, 0), cpu(41, 1, 4, 81, 0, 0, 0, 0.5, 0, 0)], own(5, 1.5))])
+    monkeypatch.setattr(timing.os, "sched_getaffinity", lambda pid: {1})  # kept off CPU 0 (taskset)
+    assert timing.OtherCpus().stop() == pytest.approx(0.0)  # CPU 1's 1.5 busy s are all but the run's own
     monkeypatch.setattr(timing, "_cpu_sample", lambda: None)  # psutil cannot read them
-    assert timing.OtherCpus().stop() != timing.OtherCpus().stop()  # NaN
+    assert math.isnan(timing.OtherCpus().stop())
     monkeypatch.undo()
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:

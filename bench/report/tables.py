@@ -13,7 +13,7 @@ from bench import stats
 from bench.report.frontier import (cost_to_reach, hull_draws, hypervolume, normalized_auc, pareto_mask,
                                    quality_at_budget, selection_quality)
 from bench.report.page import NA
-from bench.report.views import TaskView, knob_label, load_class, point_draws, row_fractions
+from bench.report.views import TaskView, knob_label, load_class, number as _number, point_draws, row_fractions
 
 BUDGETS = (0.25, 0.50, 0.75, 1.00)  # fractions of the dense base model's cost
 # "Reaches dense quality" tolerance δ, in the metric's units: half a point on the metric's own scale, that is
@@ -175,7 +175,7 @@ def rows_table(view: TaskView) -> tuple[list[str], list[list[str]]]:
 def _load_reading(row: dict) -> str:
     """What made a row's timing loaded: the CPUs other processes kept busy while it ran, or (rows before
     schema 8) the 1-minute load average against the CPU count (:func:`bench.report.views.load_class`)."""
-    other = row.get("timing_other_cpus", math.nan)
-    if isinstance(other, (int, float)) and math.isfinite(other):
+    other = _number(row.get("timing_other_cpus"))
+    if math.isfinite(other):
         return f"others kept {other:.2f} CPUs busy"
     return f"{float(row['timing_load_avg']):.1f} on {int(row['timing_cpus'])} CPUs"

@@ -254,7 +254,7 @@ def load_class(rows) -> list[str]:
     others = rows["timing_other_cpus"] if "timing_other_cpus" in rows else nan
     out = []
     for value, n, other in zip(load, cpus, others):
-        value, n, other = (_number(v) for v in (value, n, other))
+        value, n, other = (number(v) for v in (value, n, other))
         if math.isfinite(other):
             out.append("loaded" if other > results.BUSY_OTHER_CPUS else "quiet")
         else:
@@ -263,7 +263,8 @@ def load_class(rows) -> list[str]:
     return out
 
 
-def _number(value) -> float:
+def number(value) -> float:
+    """A cell as a float: NaN where it is empty or not a number."""
     try:
         return float(value)
     except (TypeError, ValueError):
