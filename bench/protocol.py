@@ -330,7 +330,11 @@ def plan_status(method: "Method", the_plan: Plan, reference: bool = False) -> li
 def describe_plan(method: "Method", the_plan: Plan, reference: bool = False) -> tuple[str, int]:
     """One line naming what the run loads and trains (the base and each stage: cached, shipped or its steps;
     ``reference``: :func:`plan_status`), and the number of optimizer steps still to train."""
-    stages = plan_status(method, the_plan, reference)
+    return describe_stages(plan_status(method, the_plan, reference), the_plan)
+
+
+def describe_stages(stages: list[StageStatus], the_plan: Plan) -> tuple[str, int]:
+    """:func:`describe_plan` of the stages :func:`plan_status` gave for ``the_plan``."""
     base = ("dense base" if the_plan.starts_from == "base"
             else "dense base (the reference it is timed or counted against)")
     parts = [f"{base if s.base else s.name} {s.steps} steps ({s.state})" for s in stages]

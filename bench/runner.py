@@ -234,13 +234,12 @@ def plan_line(method: Method, task: Task, cfg: Any) -> str:
     the base model's step time measured now, each method stage's step at its cost relative to the base's as
     measured in ``<results_dir>/throughput`` (:func:`training_seconds`)."""
     the_plan = protocol.plan(method)
-    reference = loads_dense_base(task, cfg)
-    text, steps = protocol.describe_plan(method, the_plan, reference)
+    stages = protocol.plan_status(method, the_plan, loads_dense_base(task, cfg))
+    text, steps = protocol.describe_stages(stages, the_plan)
     if steps:
         threads = method.run.train_threads
         with cpu_threads(threads):  # measured as the stages will train
             per_step = base_step_s(task, the_plan.batch_size, method.run.device)
-        stages = protocol.plan_status(method, the_plan, reference)
         total, unmeasured = training_seconds(method, stages, per_step, Path(cfg.results_dir) / throughput.DIR)
         when = f"{total:.0f} s" if total < 90 else f"{total / 60:.0f} min"
         device = method.run.device

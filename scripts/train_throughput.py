@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-DIR = "throughput"  # results/<DIR>: bench/report/throughput.py reads the rows there
+from bench.throughput import DIR  # noqa: E402  (results/<DIR>: where the rows go and are read from)
+
 COLUMNS = ["run_id", "task", "dataset", "method", "stage", "threads", "precision", "batch", "steps_timed", "seconds",
            "steps_per_s", "samples_per_s", "load_before", "load_after", "cpus", "processes", "device_name", "git_sha",
            "git_dirty", "command", "timestamp"]
