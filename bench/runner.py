@@ -237,13 +237,15 @@ def plan_line(method: Method, task: Task, cfg: Any) -> str:
     stages = protocol.plan_status(method, the_plan, loads_dense_base(task, cfg))
     text, steps = protocol.describe_stages(stages, the_plan)
     if steps:
-        threads = method.run.train_threads
-        with cpu_threads(threads):  # measured as the stages will train
-            per_step = base_step_s(task, the_plan.batch_size, method.run.device)
+        threads, world = method.run.train_threads, distributed.world()
+        with cpu_threads(threads):  # measured as the stages will train: each rank on its shard of the batch
+            per_step = base_step_s(task, -(-the_plan.batch_size // world), method.run.device)
         total, unmeasured = training_seconds(method, stages, per_step, Path(cfg.results_dir) / throughput.DIR)
         when = f"{total:.0f} s" if total < 90 else f"{total / 60:.0f} min"
         device = method.run.device
         where = f"on {threads} thread(s)" if torch.device(device).type == "cpu" else f"on {device}"
+        if world > 1:
+            where += f" in each of {world} processes on a 1/{world} shard of the batch, not counting the all-reduce"
         costs = (f"{', '.join(unmeasured)} at a base step's cost: a method's steps may cost more" if unmeasured
                  else f"the method's steps at their cost relative to it in {cfg.results_dir}/{throughput.DIR}")
         text += f"; about {when} of training here ({per_step * 1e3:.0f} ms per base-model step {where}; {costs})"

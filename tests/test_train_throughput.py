@@ -92,3 +92,20 @@ def test_the_plan_line_costs_each_stage_relative_to_the_base_from_the_rows(tmp_p
                  columns=columns).to_csv(measured / "a.csv", index=False)
     assert f"the method's steps at their cost relative to it in {cfg.results_dir}/throughput" in \
         runner.plan_line(method, task, cfg)
+
+
+def test_the_plan_line_of_a_data_parallel_run_times_the_base_on_one_rank_s_shard(tmp_path, monkeypatch):
+    """Under torchrun every rank trains on its shard of each step's batch, so the base step is timed at that
+    shard's size (rounded up), and the line says how many processes share a step."""
+    from bench import config, distributed, protocol, runner
+    from tests.helpers import tiny_overrides
+
+    cfg = config.compose([*tiny_overrides("dense", "parity", tmp_path), "train_threads=1"])
+    _, task, method = runner.build(cfg, "dense", "parity")
+    batch = protocol.plan(method).batch_size
+    timed = []
+    monkeypatch.setattr(runner, "base_step_s", lambda task, size, device: timed.append(size) or 0.01)
+    assert "processes" not in runner.plan_line(method, task, cfg) and timed == [batch]
+    monkeypatch.setattr(distributed, "world", lambda: 2)
+    line = runner.plan_line(method, task, cfg)
+    assert timed[1] == (batch + 1) // 2 and "on 1 thread(s) in each of 2 processes on a 1/2 shard of the batch" in line
