@@ -21,7 +21,8 @@ What runs (the ACM paper's Fig. 9 protocol carried to whole models):
    rounds of a fresh random order (interleaved against drift), with the timer of the kernel benchmark
    (:func:`bench.kernels.timer.device_timer`: ``torch.utils.benchmark`` blocked_autorange on CPU with an
    explicit thread count; ``triton.testing.do_bench`` on CUDA).  ``os.getloadavg()`` is read after every
-   timing and stored beside it.  On CUDA each point is also captured as a CUDA graph (batches up to
+   timing and stored beside it, and so are the CPUs other processes kept busy during it
+   (:class:`bench.timing.OtherCpus`, which neither lags behind nor counts the timing's own threads).  On CUDA each point is also captured as a CUDA graph (batches up to
    ``graph_max_batch``) and timed as a replay; a path that synchronises with the host fails capture and
    the failure is recorded in that row's ``status``.
 5. Rows: one file per point under ``results/speed/<run_id>/`` (atomic writes), with ``time_ratio`` = the
@@ -29,7 +30,8 @@ What runs (the ACM paper's Fig. 9 protocol carried to whole models):
    dense MACs and ``speed_efficiency`` = macs_ratio / time_ratio = (dense time / method time) / (dense
    MACs / method MACs): 1 = the saving in MACs becomes the same saving in time.  ``time_ratio_min`` (the
    fastest call of the point over the fastest dense call) is a secondary estimate that a loaded machine
-   disturbs less; ``loadavg_1m`` lists the load average after each round's timing of the point.
+   disturbs less; ``loadavg_1m`` lists the load average after each round's timing of the point,
+   ``other_cpus`` the CPUs other processes kept busy during it (``other_cpus_mean``: their mean).
 
 Layering: this module knows no method or task; it finds both through the registry's specs.
 """
@@ -305,7 +307,7 @@ COLUMNS = ["run_id", "task", "arch", "tokens", "method", "decisions", "fraction"
            "device", "device_name", "dtype", "threads", "batch", "cuda_graph", "macs_per_sample",
            "macs_counted_per_sample", "macs_dense_per_sample", "macs_ratio", "uncounted_ops", "median_ms",
            "iqr_ms", "min_ms", "n_samples", "dense_median_ms", "time_ratio", "time_ratio_rounds", "time_ratio_min",
-           "speed_efficiency", "throughput_per_s", "loadavg_1m", "loadavg_1m_mean", "rounds", "min_run_s",
+           "speed_efficiency", "throughput_per_s", "loadavg_1m", "loadavg_1m_mean", "other_cpus", "other_cpus_mean", "rounds", "min_run_s",
            "status", "torch_version", "triton_version", "cpus", "load_before", "load_after", "git_sha", "git_dirty",
            "command", "timestamp"]
 
@@ -319,6 +321,7 @@ class Point:
     graph: bool = False
     samples: list = field(default_factory=list)  # per round: list of per-call seconds
     load: list = field(default_factory=list)  # per round: 1-minute load average after the timing
+    others: list = field(default_factory=list)  # per round: CPUs other processes kept busy during the timing
     forced: tuple = ()  # a method point's (forcer, model, inputs): what ``fn`` calls (not written to rows)
 
 
@@ -501,17 +504,23 @@ def run(cfg: SpeedConfig, argv: list[str], log: Callable[[str], None] = print) -
 
 def time_rounds(points: list[Point], cfg: SpeedConfig, timer: Callable, log: Callable[[str], None] = print) -> None:
     """Time every point once per round, ``cfg.rounds`` rounds, each in a fresh random order (interleaved against
-    drift): appends the timer's samples and the 1-minute load average to each point."""
+    drift): appends the timer's samples, the 1-minute load average after and the CPUs other processes kept
+    busy during each timing (:class:`bench.timing.OtherCpus`) to each point."""
+    from bench.timing import OtherCpus
+
     rng = random.Random(cfg.seed)
     for r in range(cfg.rounds):
         order = list(range(len(points)))
         rng.shuffle(order)
         start = time.perf_counter()
         for i in order:
+            others = OtherCpus()
             points[i].samples.append(timer(points[i].fn))
+            points[i].others.append(others.stop())
             points[i].load.append(os.getloadavg()[0])
+        busy = statistics.fmean(points[i].others[-1] for i in order)
         log(f"round {r + 1}/{cfg.rounds}: {len(points)} points, {time.perf_counter() - start:.1f} s, "
-            f"load {os.getloadavg()[0]:.2f}")
+            f"load {os.getloadavg()[0]:.2f}, other processes kept {busy:.2f} CPUs busy")
 
 
 def _add_graphs(points: list[Point], base: dict, torch) -> list[dict]:  # pragma: no cover - needs CUDA
@@ -547,7 +556,9 @@ def point_rows(points: list[Point], base: dict, dense_macs: float) -> list[dict]
                      "time_ratio_min": min(pooled) / min(dense_pooled),
                      "speed_efficiency": macs_ratio / ratio, "throughput_per_s": base["batch"] / med,
                      "loadavg_1m": ";".join(f"{v:.2f}" for v in point.load),
-                     "loadavg_1m_mean": statistics.fmean(point.load), "status": "ok"})
+                     "loadavg_1m_mean": statistics.fmean(point.load),
+                     "other_cpus": ";".join(f"{v:.3f}" for v in point.others),
+                     "other_cpus_mean": statistics.fmean(point.others) if point.others else math.nan, "status": "ok"})
     return rows
 
 
@@ -589,5 +600,6 @@ def main(args: list[str]) -> int:
             continue
         print(f"{row['method']:<12} f={row['fraction']:<5g}{' graph' if row['cuda_graph'] else ''} "
               f"MACs {row['macs_ratio']:.3f} x dense, time {row['time_ratio']:.3f} x dense, "
-              f"efficiency {row['speed_efficiency']:.2f} ({row['median_ms']:.2f} ms, load {row['loadavg_1m_mean']:.2f})")
+              f"efficiency {row['speed_efficiency']:.2f} ({row['median_ms']:.2f} ms, load {row['loadavg_1m_mean']:.2f}, "
+              f"other processes {row['other_cpus_mean']:.2f} CPUs)")
     return 0

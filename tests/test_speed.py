@@ -6,6 +6,7 @@ import copy
 import math
 import os
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -132,6 +133,10 @@ def test_rows_one_file_per_point(speed_rows):
     assert rows["speed_efficiency"].to_numpy() == pytest.approx((rows["macs_ratio"] / rows["time_ratio"]).to_numpy())
     assert rows["macs_per_sample"].to_numpy() == pytest.approx(rows["macs_counted_per_sample"].to_numpy(), rel=1e-6)
     assert (rows["loadavg_1m"].astype(str).str.len() > 0).all() and (rows["threads"] == 1).all()
+    rounds = rows["other_cpus"].astype(str).str.split(";")  # one reading per round, their mean beside them
+    assert (rounds.str.len() == rows["rounds"]).all() and rows["other_cpus_mean"].ge(0).all()
+    assert rows["other_cpus_mean"].to_numpy() == pytest.approx([np.mean([float(v) for v in r]) for r in rounds],
+                                                               abs=1e-3)
     for method in FORCED:
         sub = rows[rows["method"] == method].set_index("fraction")
         assert sub.loc[0.25, "macs_ratio"] < sub.loc[1.0, "macs_ratio"]
@@ -198,14 +203,14 @@ def test_short_ideal_skips_an_encoder_decoder():
 
 def _as_timed(speed_rows, root, *, load: float, dirty: bool):
     """A copy of the speed rows as if timed at a given load from a clean or dirty tree (the suite's own
-    timings ran on a machine it loads)."""
+    timings ran on a machine it loads): the load average decides, as in rows without ``other_cpus``."""
     import shutil
 
     shutil.copytree(speed_rows / "speed", root / "speed")
     for path in (root / "speed").rglob("*.csv"):
         rows = pd.read_csv(path)
         rows = rows.assign(git_dirty=dirty, cpus=2, load_before=load, load_after=load,
-                           loadavg_1m=";".join([f"{load:.2f}"] * 2))
+                           loadavg_1m=";".join([f"{load:.2f}"] * 2), other_cpus=math.nan, other_cpus_mean=math.nan)
         rows.to_csv(path, index=False)
     return root
 
@@ -358,6 +363,11 @@ def test_the_speed_page_headline_holds_no_loaded_dirty_or_uncounted_rows(tmp_pat
         "loaded: 1-minute load average 3.00 before, 2.50 mean over the rounds on 2 CPUs")
     assert report_speed.not_headline(pd.Series({**base, "cpus": float("nan")})).startswith("CPU count not recorded")
     assert report_speed.not_headline(pd.Series({**base, "device": "cuda", "cpus": float("nan")})) == ""
+    # where the rows hold the CPUs other processes kept busy, that decides, not the lagging load average
+    assert report_speed.not_headline(pd.Series({**base, "load_before": 3.0, "other_cpus_mean": 0.04})) == ""
+    assert report_speed.not_headline(pd.Series({**base, "other_cpus_mean": 0.97})) == (
+        "loaded: other processes kept 0.97 CPUs busy during the timings (more than 0.25)")
+    assert report_speed.not_headline(pd.Series({**base, "other_cpus_mean": float("nan")})) == ""
 
 
 def test_keys_compose_through_hydra_in_both_list_forms():

@@ -23,6 +23,7 @@ import numpy as np
 
 from bench import results
 from bench.figures import save_figure
+from bench.report.views import number
 from bench.speed import IDEALS, NARROW, SHORT, load_rows
 
 PANEL = ["task", "arch", "dtype", "threads", "cuda_graph"]
@@ -47,14 +48,20 @@ def not_headline(row) -> str:
     """Why a row stays out of the headline tables and figures ("" when it belongs there): a dirty tree, a
     CPU timing on a loaded machine, or one whose CPU count was not recorded.
 
-    Loaded: the 1-minute load average before or after the timings, or its mean over the rounds, above the
-    CPU count.  The mean, not the highest round: a load sample counts the timing's own threads, so a timing
-    with as many threads as CPUs reads about the CPU count on an idle machine, and single rounds cross it
-    (2.01-2.08 on 2 CPUs with nothing else running)."""
+    Loaded: other processes kept more than :data:`bench.results.BUSY_OTHER_CPUS` CPUs busy on average during
+    the point's timings (``other_cpus_mean``, recorded since the speed rows hold it).  Rows without it: the
+    1-minute load average before or after the timings, or its mean over the rounds, above the CPU count.  The
+    mean, not the highest round: a load sample counts the timing's own threads, so a timing with as many
+    threads as CPUs reads about the CPU count on an idle machine, and single rounds cross it (2.01-2.08 on 2
+    CPUs with nothing else running)."""
     if str(row.get("git_dirty")) == "True":
         return "timed from a dirty tree"
     if row["device"] != "cpu":
         return ""
+    others = number(row.get("other_cpus_mean"))
+    if math.isfinite(others):
+        return (f"loaded: other processes kept {others:.2f} CPUs busy during the timings (more than "
+                f"{results.BUSY_OTHER_CPUS:g})" if others > results.BUSY_OTHER_CPUS else "")
     cpus = float(row.get("cpus", math.nan))
     if not cpus > 0:
         return "CPU count not recorded (timed before rows held it)"
@@ -202,9 +209,7 @@ def plot(rows, device: str, batch: int, fit: dict | None, path: Path) -> Path:
         top, bottom = axes[0][column], axes[1][column]
         _time_panel(top, panel, methods, colours, fit, grid)
         _efficiency_panel(bottom, panel, methods, colours)
-        load = panel["loadavg_1m_mean"].astype(float)
-        top.set_title(f"{_panel_title(key)}\nload average {load.min():.1f}-{load.max():.1f} during timings",
-                      fontsize=9)
+        top.set_title(f"{_panel_title(key)}\n{_load_range(panel)} during timings", fontsize=9)
         for ax in (top, bottom):
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the data
@@ -234,16 +239,32 @@ def at_half(rows) -> list[str]:
 
 def table(rows) -> list[str]:
     lines = ["| device | batch | task | arch | dtype | threads | mode | method | fraction | executed | MACs / dense "
-             "| time / dense | efficiency | time (min) / dense | median ms | load avg (1 min) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| time / dense | efficiency | time (min) / dense | median ms | load avg (1 min) | other CPUs busy |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in rows.sort_values(["device", "batch"] + KEY).iterrows():
         threads = "-" if not r["threads"] else str(int(r["threads"]))
         lines.append(f"| {r['device']} | {int(r['batch'])} | {r['task']} | {r['arch']} | {r['dtype']} | {threads} | "
                      f"{'graph' if str(r['cuda_graph']) == 'True' else 'eager'} | {r['method']} | {r['fraction']:g} | "
                      f"{r['executed_fraction']:.3f} | {r['macs_ratio']:.3f} | {r['time_ratio']:.3f} | "
                      f"{r['speed_efficiency']:.2f} | {r['time_ratio_min']:.3f} | {r['median_ms']:.4g} | "
-                     f"{r['loadavg_1m']} |")
+                     f"{r['loadavg_1m']} | {_mean_other_cpus(r)} |")
     return lines
+
+
+def _mean_other_cpus(row) -> str:
+    """The CPUs other processes kept busy on average during a point's timings, "-" in rows without it."""
+    value = number(row.get("other_cpus_mean"))
+    return f"{value:.2f}" if math.isfinite(value) else "-"
+
+
+def _load_range(panel) -> str:
+    """A figure panel's load during its timings: the range of the CPUs other processes kept busy where every
+    row holds it, else of the 1-minute load average."""
+    others = panel["other_cpus_mean"].astype(float)
+    if others.notna().all():
+        return f"other processes kept {others.min():.2f}-{others.max():.2f} CPUs busy"
+    load = panel["loadavg_1m_mean"].astype(float)
+    return f"load average {load.min():.1f}-{load.max():.1f}"
 
 
 def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
@@ -261,9 +282,10 @@ def write(results_dir: Path | str, reports_dir: Path | str) -> list[str]:
           "Efficiency = (dense time / method time) / (dense MACs / method MACs); 1 = the MACs saving is "
           "the same saving in time.  Models have random weights and are timed on random inputs of the task's "
           "shape (no dataset).  Generated from results/speed by bench/report/speed.py.", "",
-          "The headline tables and figures hold only rows timed from a clean tree on a quiet machine (CPU: the "
-          "1-minute load average not above the CPU count before and after the timings, nor on average over "
-          "the rounds): the latest "
+          "The headline tables and figures hold only rows timed from a clean tree on a quiet machine (CPU: other "
+          f"processes kept at most {results.BUSY_OTHER_CPUS:g} CPUs busy on average during the point's timings; "
+          "in rows without that reading, the 1-minute load average not above the CPU count before and after "
+          "the timings, nor on average over the rounds): the latest "
           "such row of every point. A point's latest row, when it is not such a row, is listed below them with "
           "the reason it is kept apart.", "",
           "Two yardsticks are timed beside the methods (grey lines, rows listed like a method's): "
