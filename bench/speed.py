@@ -22,9 +22,10 @@ What runs (the ACM paper's Fig. 9 protocol carried to whole models):
    (:func:`bench.kernels.timer.device_timer`: ``torch.utils.benchmark`` blocked_autorange on CPU with an
    explicit thread count; ``triton.testing.do_bench`` on CUDA).  ``os.getloadavg()`` is read after every
    timing and stored beside it, and so are the CPUs other processes kept busy during it
-   (:class:`bench.timing.OtherCpus`, which neither lags behind nor counts the timing's own threads).  On CUDA each point is also captured as a CUDA graph (batches up to
-   ``graph_max_batch``) and timed as a replay; a path that synchronises with the host fails capture and
-   the failure is recorded in that row's ``status``.
+   (:class:`bench.timing.OtherCpus`, which neither lags behind nor counts the timing's own threads).  On
+   CUDA each point is also captured as a CUDA graph (batches up to ``graph_max_batch``) and timed as a
+   replay; a path that synchronises with the host fails capture and the failure is recorded in that row's
+   ``status``.
 5. Rows: one file per point under ``results/speed/<run_id>/`` (atomic writes), with ``time_ratio`` = the
    median over rounds of (point median / dense median of the same round), ``macs_ratio`` = method MACs /
    dense MACs and ``speed_efficiency`` = macs_ratio / time_ratio = (dense time / method time) / (dense
@@ -307,7 +308,8 @@ COLUMNS = ["run_id", "task", "arch", "tokens", "method", "decisions", "fraction"
            "device", "device_name", "dtype", "threads", "batch", "cuda_graph", "macs_per_sample",
            "macs_counted_per_sample", "macs_dense_per_sample", "macs_ratio", "uncounted_ops", "median_ms",
            "iqr_ms", "min_ms", "n_samples", "dense_median_ms", "time_ratio", "time_ratio_rounds", "time_ratio_min",
-           "speed_efficiency", "throughput_per_s", "loadavg_1m", "loadavg_1m_mean", "other_cpus", "other_cpus_mean", "rounds", "min_run_s",
+           "speed_efficiency", "throughput_per_s", "loadavg_1m", "loadavg_1m_mean", "other_cpus", "other_cpus_mean",
+           "rounds", "min_run_s",
            "status", "torch_version", "triton_version", "cpus", "load_before", "load_after", "git_sha", "git_dirty",
            "command", "timestamp"]
 
@@ -600,6 +602,7 @@ def main(args: list[str]) -> int:
             continue
         print(f"{row['method']:<12} f={row['fraction']:<5g}{' graph' if row['cuda_graph'] else ''} "
               f"MACs {row['macs_ratio']:.3f} x dense, time {row['time_ratio']:.3f} x dense, "
-              f"efficiency {row['speed_efficiency']:.2f} ({row['median_ms']:.2f} ms, load {row['loadavg_1m_mean']:.2f}, "
+              f"efficiency {row['speed_efficiency']:.2f} ({row['median_ms']:.2f} ms, "
+              f"load {row['loadavg_1m_mean']:.2f}, "
               f"other processes {row['other_cpus_mean']:.2f} CPUs)")
     return 0
