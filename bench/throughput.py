@@ -53,15 +53,27 @@ def stage_rate(rates: Rates, task: str, stage: str, threads: int) -> float | Non
     return min(near) if near else None
 
 
+def is_quiet(rows):
+    """Per row, whether it was measured on a quiet machine: a one-process row holding ``other_cpus`` when other
+    processes kept at most :data:`bench.results.BUSY_OTHER_CPUS` CPUs busy on average during its trainings;
+    any other row (a data-parallel one, whose other ranks count as other processes, or one written before the
+    column) when the 1-minute load average before and after was at most the CPU count."""
+    from bench.results import BUSY_OTHER_CPUS
+
+    others = rows.reindex(columns=["other_cpus"])["other_cpus"].astype(float)
+    by_load = (rows["load_before"] <= rows["cpus"]) & (rows["load_after"] <= rows["cpus"])
+    measured = others.notna() & (rows["processes"] == 1)
+    return (measured & (others <= BUSY_OTHER_CPUS)) | (~measured & by_load)
+
+
 def quiet_base_rates(folder: Path) -> Rates:
     """The median steps per second of every task's dense base per thread count, over the one-process fp32 rows
-    timed quietly (1-minute load at most the CPU count before and after): the base trains in every method's
-    throughput run, so there are many."""
+    measured quietly (:func:`is_quiet`): the base trains in every method's throughput run, so there are many."""
     rows = read_rows(folder)
     if rows is None:
         return {}
     rows = one_process_fp32(rows)
-    quiet = rows[(rows["stage"] == BASE) & (rows["load_before"] <= rows["cpus"]) & (rows["load_after"] <= rows["cpus"])]
+    quiet = rows[(rows["stage"] == BASE) & is_quiet(rows)]
     medians = quiet.groupby(["task", "threads"])["steps_per_s"].median()
     return {(str(task), BASE, int(threads)): float(v) for (task, threads), v in medians.items()}
 

@@ -16,9 +16,11 @@ each step's global batch is split over them, and a row's rate is rank 0's, in op
 beside one process's rows of the same stage (column ``processes``).
 
 Rows go to ``results/throughput/<run_id>.csv`` (one per stage and thread count) with the 1-minute load
-average before and after, the CPU count and model, and whether the tree was clean; ``reports/throughput.md``
-is drawn from every row there (here, and by ``bench report``).  A stage timed while the load exceeded the CPU
-count is marked loaded: compare only quiet rows.
+average before and after, the CPUs other processes kept busy during the two trainings (``other_cpus``,
+:class:`bench.timing.OtherCpus`; under ``--processes`` the other ranks count among them), the CPU count and
+model, and whether the tree was clean; ``reports/throughput.md`` is drawn from every row there (here, and by
+``bench report``).  A stage measured on a busy machine (:func:`bench.throughput.is_quiet`) is marked loaded:
+compare only quiet rows.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ if str(ROOT) not in sys.path:
 from bench.throughput import DIR  # noqa: E402  (results/<DIR>: where the rows go and are read from)
 
 COLUMNS = ["run_id", "task", "dataset", "method", "stage", "threads", "precision", "batch", "steps_timed", "seconds",
-           "steps_per_s", "samples_per_s", "load_before", "load_after", "cpus", "processes", "device_name", "git_sha",
-           "git_dirty", "command", "timestamp"]
+           "steps_per_s", "samples_per_s", "load_before", "load_after", "other_cpus", "cpus", "processes",
+           "device_name", "git_sha", "git_dirty", "command", "timestamp"]
 
 
 def stage_times(task: str, method: str, threads: int, steps: int,
@@ -101,10 +103,11 @@ def shared_temporary_cache():
 def measure(task: str, method: str, threads: int, n1: int, n2: int, precision: str = "fp32") -> list[dict]:
     """One row per stage: its rate between the two trainings."""
     from bench import distributed, provenance
+    from bench.timing import OtherCpus
 
-    load_before = os.getloadavg()[0]
+    load_before, others = os.getloadavg()[0], OtherCpus()
     (_, short), (dataset, long) = (stage_times(task, method, threads, n, precision) for n in (n1, n2))
-    load_after = os.getloadavg()[0]
+    load_after, other_cpus = os.getloadavg()[0], others.stop()
     rows = []
     for stage, (steps2, t2, batch) in long.items():
         steps1, t1, _ = short.get(stage, (0, 0.0, batch))
@@ -113,6 +116,7 @@ def measure(task: str, method: str, threads: int, n1: int, n2: int, precision: s
                      "precision": precision, "batch": batch,
                      "steps_timed": steps2 - steps1, "seconds": round(t2 - t1, 4), "steps_per_s": round(rate, 3),
                      "samples_per_s": round(rate * batch, 1), "load_before": load_before, "load_after": load_after,
+                     "other_cpus": round(other_cpus, 3),
                      "cpus": os.cpu_count() or 0, "processes": distributed.world(),
                      "device_name": provenance.device_name("cpu")})
     return rows

@@ -23,6 +23,7 @@ def test_rates_per_stage_rows_and_page(tmp_path):
     assert (rows["steps_timed"] == 40).all() and (rows["steps_per_s"] > 0).all()
     assert list(rows["samples_per_s"]) == pytest.approx(list(rows["steps_per_s"] * rows["batch"]), rel=1e-3)
     assert rows["cpus"].gt(0).all() and rows["load_before"].notna().all() and rows["git_sha"].notna().all()
+    assert rows["other_cpus"].ge(0).all()  # the CPUs other processes kept busy during the trainings
     page = (reports_dir / "throughput.md").read_text()
     assert (rows["dataset"].str.startswith("parity-vector n=32")).all()  # the data each stage trained on
     for precision in ("fp32", "bf16"):
@@ -109,3 +110,18 @@ def test_the_plan_line_of_a_data_parallel_run_times_the_base_on_one_rank_s_shard
     monkeypatch.setattr(distributed, "world", lambda: 2)
     line = runner.plan_line(method, task, cfg)
     assert timed[1] == (batch + 1) // 2 and "on 1 thread(s) in each of 2 processes on a 1/2 shard of the batch" in line
+
+
+def test_a_row_is_quiet_by_the_other_processes_cpus_where_it_holds_them_else_by_the_load_average():
+    """One-process rows with ``other_cpus`` are judged by it (the load average lags behind a training that just
+    ended); data-parallel rows, whose other ranks are other processes, and older rows by the load average."""
+    from bench import throughput
+
+    columns = ["load_before", "load_after", "cpus", "processes", "other_cpus"]
+    rows = pd.DataFrame([(3.0, 1.0, 2, 1, 0.05),  # a lagging load average, nothing else running: quiet
+                         (0.5, 0.5, 2, 1, 0.90),  # another training beside it: loaded
+                         (0.5, 0.5, 2, 2, 1.00),  # its other rank: the load average decides
+                         (0.5, 2.5, 2, 1, float("nan")),  # written before the column: the load average decides
+                         (0.5, 0.5, 2, 1, float("nan"))], columns=columns)
+    assert list(throughput.is_quiet(rows)) == [True, False, True, False, True]
+    assert list(throughput.is_quiet(rows.drop(columns="other_cpus"))) == [False, True, True, False, True]

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from bench.report.page import markdown_table, md_escape, write_page
 from bench.report.views import dataset_tag
-from bench.throughput import DIR, read_rows
+from bench.results import BUSY_OTHER_CPUS
+from bench.throughput import DIR, is_quiet, read_rows
 
 
 def write(results_dir: Path, reports_dir: Path) -> list[str]:
@@ -21,8 +22,9 @@ def write(results_dir: Path, reports_dir: Path) -> list[str]:
     key = ["task", "stage", "threads", "precision", "processes"]
     spread = every.groupby(key)["steps_per_s"].agg(["min", "max", "count"])
     frame = every.drop_duplicates(key, keep="last")
-    frame["load"] = ["loaded" if b > c or a > c else "quiet"
-                     for b, a, c in zip(frame["load_before"], frame["load_after"], frame["cpus"])]
+    frame["load"] = ["quiet" if q else "loaded" for q in is_quiet(frame)]
+    frame["other"] = [f", other processes {v:.2f} CPUs" if v == v else ""
+                      for v in frame.reindex(columns=["other_cpus"])["other_cpus"].astype(float)]
     def rate(r) -> str:
         low, high, n = spread.loc[(r.task, r.stage, r.threads, r.precision, r.processes)]
         return f"{r.steps_per_s:.1f}" + (f" ({low:.1f}–{high:.1f} over {int(n)} runs)" if n > 1 else "")
@@ -33,7 +35,7 @@ def write(results_dir: Path, reports_dir: Path) -> list[str]:
 
     table = [[task(r), r.stage, str(r.processes), str(r.threads), r.precision, str(r.batch), rate(r),
               f"{r.samples_per_s:.0f}",
-              f"{r.load} ({r.load_before:.2f} → {r.load_after:.2f} on {r.cpus} CPUs)",
+              f"{r.load} ({r.load_before:.2f} → {r.load_after:.2f} on {r.cpus} CPUs{r.other})",
               str(r.git_sha)[:7] + ("*" if str(r.git_dirty) == "True" else ""), md_escape(r.device_name)]
              for r in frame.assign(_other=frame["stage"] != "dense:base")
              .sort_values(["task", "_other", "stage", "processes", "threads", "precision"]).itertuples()]
@@ -44,8 +46,11 @@ def write(results_dir: Path, reports_dir: Path) -> list[str]:
         "the trainer's own time (data, forward, backward, optimizer), from two trainings of N1 and N2 steps per "
         "stage (the latest run; a stage timed in several runs, as the dense base is in every method's, shows their "
         "range); samples/s = steps/s x batch. Processes: data-parallel ranks (`--processes`), each on `threads` "
-        "threads, splitting each step's batch. A row "
-        "timed while the 1-minute load average exceeded the CPU count is marked loaded: compare quiet rows only. "
+        "threads, splitting each step's batch. Load: the 1-minute load average before → after, and the CPUs other "
+        "processes kept busy during the trainings (rows that hold it; under several processes the other ranks count "
+        f"among them). A one-process row that holds it is marked loaded where other processes kept more than "
+        f"{BUSY_OTHER_CPUS:g} CPUs busy, any other row where the load average exceeded the CPU count: compare quiet "
+        "rows only. "
         "\\* after a commit: the tree was not clean.", "",
         markdown_table(["task (dataset)", "stage", "processes", "threads", "precision", "batch", "steps/s",
                         "samples/s", "load", "commit", "CPU"], table),
