@@ -261,8 +261,7 @@ def training_seconds(method: Method, stages: list[protocol.StageStatus], base_st
     cost, counted at a base step's."""
     run = method.run
     on_cpu = torch.device(run.device).type == "cpu"
-    rates = throughput.measured_rates(folder) if on_cpu else {}
-    base_rates = throughput.quiet_base_rates(folder) if on_cpu else {}
+    rates, base_rates = throughput.rates(folder) if on_cpu else ({}, {})
     total, unmeasured = 0.0, []
     for stage in (s for s in stages if s.steps_left):
         cost = 1.0 if stage.base else throughput.cost_relative_to_base(

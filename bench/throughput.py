@@ -35,11 +35,20 @@ def one_process_fp32(rows):
 def measured_rates(folder: Path) -> Rates:
     """The latest measured steps per second of every (task, stage, threads) in the rows of ``folder``, of
     one-process fp32 trainings (:func:`one_process_fp32`)."""
+    return rates(folder)[0]
+
+
+def rates(folder: Path) -> tuple[Rates, Rates]:
+    """The rows of ``folder`` read once: (:func:`measured_rates`, :func:`quiet_base_rates`)."""
     rows = read_rows(folder)
     if rows is None:
-        return {}
-    latest = one_process_fp32(rows).groupby(["task", "stage", "threads"]).tail(1)
-    return {(str(r.task), str(r.stage), int(r.threads)): float(r.steps_per_s) for r in latest.itertuples()}
+        return {}, {}
+    rows = one_process_fp32(rows)
+    latest = rows.groupby(["task", "stage", "threads"]).tail(1)
+    quiet = rows[(rows["stage"] == BASE) & is_quiet(rows)]
+    medians = quiet.groupby(["task", "threads"])["steps_per_s"].median()
+    return ({(str(r.task), str(r.stage), int(r.threads)): float(r.steps_per_s) for r in latest.itertuples()},
+            {(str(task), BASE, int(threads)): float(v) for (task, threads), v in medians.items()})
 
 
 def stage_rate(rates: Rates, task: str, stage: str, threads: int) -> float | None:
@@ -60,8 +69,9 @@ def is_quiet(rows):
     column) when the 1-minute load average before and after was at most the CPU count."""
     from bench.results import BUSY_OTHER_CPUS
 
-    others = rows.reindex(columns=["other_cpus"])["other_cpus"].astype(float)
-    by_load = (rows["load_before"] <= rows["cpus"]) & (rows["load_after"] <= rows["cpus"])
+    load = rows.reindex(columns=["load_before", "load_after", "cpus", "other_cpus"]).astype(float)  # NaN: none
+    others = load["other_cpus"]
+    by_load = (load["load_before"] <= load["cpus"]) & (load["load_after"] <= load["cpus"])
     measured = others.notna() & (rows["processes"] == 1)
     return (measured & (others <= BUSY_OTHER_CPUS)) | (~measured & by_load)
 
@@ -69,13 +79,7 @@ def is_quiet(rows):
 def quiet_base_rates(folder: Path) -> Rates:
     """The median steps per second of every task's dense base per thread count, over the one-process fp32 rows
     measured quietly (:func:`is_quiet`): the base trains in every method's throughput run, so there are many."""
-    rows = read_rows(folder)
-    if rows is None:
-        return {}
-    rows = one_process_fp32(rows)
-    quiet = rows[(rows["stage"] == BASE) & is_quiet(rows)]
-    medians = quiet.groupby(["task", "threads"])["steps_per_s"].median()
-    return {(str(task), BASE, int(threads)): float(v) for (task, threads), v in medians.items()}
+    return rates(folder)[1]
 
 
 def cost_relative_to_base(rates: Rates, base_rates: Rates, task: str, stage: str, threads: int) -> float | None:

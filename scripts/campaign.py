@@ -519,8 +519,10 @@ def throughput_estimator(threads: dict[str, int]):
     none, the dense base's step time (its quiet recorded rate, else measured once per task and thread count)."""
     import campaign_estimate
 
-    rates = campaign_estimate.measured_rates()
-    base_step_s = campaign_estimate.recorded_base_step_s(campaign_estimate.quiet_base_rates())
+    from bench import throughput
+
+    rates, base_rates = throughput.rates(campaign_estimate.THROUGHPUT)
+    base_step_s = campaign_estimate.recorded_base_step_s(base_rates)
     return lambda seed, point: campaign_estimate.estimate(seed, point, threads[point.task], rates, base_step_s)
 
 
@@ -557,7 +559,9 @@ def training_threads(tasks: tuple[str, ...], asked: int | None) -> dict[str, int
 
     if asked is not None:
         return {task: asked for task in tasks}
-    rates = campaign_estimate.quiet_base_rates()
+    from bench import throughput
+
+    rates = throughput.quiet_base_rates(campaign_estimate.THROUGHPUT)
     return {task: campaign_estimate.fastest_threads(rates, task, usable_cpus()) for task in tasks}
 
 

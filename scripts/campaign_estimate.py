@@ -24,34 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 THROUGHPUT = ROOT / "results" / "throughput"
 
 Rates = dict[tuple[str, str, int], float]  # (task, "<method>:<stage>", threads) -> steps/s (bench.throughput)
-
-
-def measured_rates(folder: Path = THROUGHPUT) -> Rates:
-    """The latest measured steps per second of every (task, stage, threads) in the rows of ``folder``
-    (``<results_dir>/throughput``) of one-process fp32 trainings (:func:`bench.throughput.measured_rates`; the
-    campaign trains in fp32, and a ``--nproc`` command's estimate errs long or short by its ranks' speed-up)."""
-    from bench import throughput
-
-    return throughput.measured_rates(folder)
-
-
-def stage_rate(rates: Rates, task: str, stage: str, threads: int) -> float | None:
-    """Steps per second of ``stage`` ("<method>:<name>"): its own measurement, else the slowest measured stage
-    of the same method and kind, else None (:func:`bench.throughput.stage_rate`)."""
-    from bench import throughput
-
-    return throughput.stage_rate(rates, task, stage, threads)
-
-
 MARGIN = 1.05  # fewer training threads than CPUs only where they train at least this much faster
-
-
-def quiet_base_rates(folder: Path = THROUGHPUT) -> Rates:
-    """The median fp32 steps per second of every task's dense base per thread count over its quiet rows
-    (:func:`bench.throughput.quiet_base_rates`)."""
-    from bench import throughput
-
-    return throughput.quiet_base_rates(folder)
 
 
 def fastest_threads(rates: Rates, task: str, usable: int) -> int:
@@ -132,10 +105,12 @@ def share_left(seed: int, point: Point, threads: int) -> float:
 def estimate(seed: int, point: Point, threads: int, rates: Rates, base_step_s) -> Estimate:
     """A command's training seconds left on this machine from measured throughput; ``base_step_s(task,
     threads)`` gives the dense base's seconds per step for stages without a measured rate."""
+    from bench import throughput
+
     todo = stages_to_train(seed, point, threads)
     per_stage, at_base = [], []
     for stage, steps in todo:
-        rate = stage_rate(rates, point.task, stage, threads)
+        rate = throughput.stage_rate(rates, point.task, stage, threads)
         if rate is None:
             at_base.append(stage)
             per_stage.append(steps * base_step_s(point.task, threads))
@@ -145,7 +120,8 @@ def estimate(seed: int, point: Point, threads: int, rates: Rates, base_step_s) -
 
 
 def recorded_base_step_s(rates: Rates, live=None):
-    """A ``base_step_s`` from the dense base's quiet recorded rates (:func:`quiet_base_rates`); a (task, threads)
+    """A ``base_step_s`` from the dense base's quiet recorded rates (:func:`bench.throughput.quiet_base_rates`); a
+    (task, threads)
     without one is measured now (``live``, by default :func:`live_base_step_s`), which on a busy machine takes
     minutes and slows the training it shares the CPUs with."""
     live = live or live_base_step_s()

@@ -196,9 +196,9 @@ def test_campaign_stops_before_a_command_that_would_run_past_until(tmp_path, mon
     assert not any(part == "threads=2" for line in ran for part in line)  # the plan's default is replaced
     ran.clear()
     monkeypatch.setattr(campaign, "usable_cpus", lambda: 2)
-    import campaign_estimate  # the module campaign.py reads the measured rates with
+    from bench import throughput  # the module campaign.py reads the measured rates with
 
-    monkeypatch.setattr(campaign_estimate, "quiet_base_rates", lambda: {
+    monkeypatch.setattr(throughput, "quiet_base_rates", lambda folder: {
         ("parity", "dense:base", 1): 30.0, ("parity", "dense:base", 2): 20.0})
     campaign.main([*args[:-1], str(fresh), "--match", "method=dense"])  # trains on one thread, times on two
     assert ran and all(line[-3:-1] == ["threads=2", "train_threads=1"] for line in ran)
@@ -741,9 +741,9 @@ def test_a_campaign_started_with_sigint_ignored_still_stops_on_sigint_and_sigter
 
 
 def test_stage_rates_fall_back_to_the_same_kind_then_to_none(tmp_path):
-    _campaign()  # puts scripts/ on the path
-    estimate = load_script("campaign_estimate")
     import pandas as pd
+
+    from bench import throughput as estimate
 
     rows = [("imagenet", "acm:e2e-b0.6", 1, 8.0, "2026-01-01"), ("imagenet", "acm:e2e-b0.6", 1, 9.0, "2026-02-01"),
             ("imagenet", "acm:e2e-b0.75", 1, 7.0, "2026-01-01"), ("imagenet", "dense:base", 2, 20.0, "2026-01-01")]
@@ -826,9 +826,9 @@ def test_training_threads_are_the_fastest_measured_count_of_the_task():
 
 
 def test_quiet_base_rates_are_medians_of_quiet_fp32_rows(tmp_path):
-    _campaign()
-    estimate = load_script("campaign_estimate")
     import pandas as pd
+
+    from bench import throughput as estimate
 
     columns = ["task", "stage", "threads", "steps_per_s", "timestamp", "load_before", "load_after", "cpus", "precision"]
     rows = [("imagenet", "dense:base", 1, v, f"2026-01-0{i}", 1.0, 1.0, 2, "fp32") for i, v in enumerate((18, 20, 25), 1)]
@@ -837,6 +837,7 @@ def test_quiet_base_rates_are_medians_of_quiet_fp32_rows(tmp_path):
              ("imagenet", "acm:gates", 1, 50.0, "2026-01-07", 1.0, 1.0, 2, "fp32")]  # not the base
     pd.DataFrame(rows, columns=columns).to_csv(tmp_path / "a.csv", index=False)
     assert estimate.quiet_base_rates(tmp_path) == {("imagenet", "dense:base", 1): 20.0}
+    assert estimate.rates(tmp_path) == (estimate.measured_rates(tmp_path), estimate.quiet_base_rates(tmp_path))
 
 
 def test_estimate_times_the_stages_left_to_train(tmp_path, monkeypatch):
