@@ -645,19 +645,26 @@ def run_parallel(plan: list[tuple[int, Point]], jobs: int, stop: dt.datetime | N
 
 
 def settle(job: Job, plan: list[tuple[int, Point]], times: Path, export_bases: bool, commit: bool) -> bool:
-    """A parallel command of ``plan`` that has ended: a finished one's wall time, bases (``--export-bases``)
-    and commit (``--commit``) are settled as the one-at-a-time campaign's are.  Whether it finished."""
+    """A parallel command of ``plan`` that has ended: a finished one is settled as the one-at-a-time
+    campaign's are (:func:`settle_finished`).  Whether it finished."""
     seconds = time.time() - job.start
     rc = job.process.returncode
     print(f"[campaign] {job.index}/{len(plan)} rc={rc} after {seconds:.0f} s (log: {job.log})", flush=True)
     if rc != 0:
         return False
-    record_finished(times, job.seed, job.point, seconds, job.started)
-    if export_bases:
-        settle_bases(job.seed, job.point, job.line, plan)
-    if commit:
-        commit_finished(job.seed, job.point, times)
+    settle_finished(job.seed, job.point, job.line, plan, times, seconds, job.started, export_bases, commit)
     return True
+
+
+def settle_finished(seed: int, point: Point, line: list[str], plan: list[tuple[int, Point]], times: Path,
+                    seconds: float, start: Started, export_bases: bool, commit: bool, nproc: int = 1) -> None:
+    """A command of ``plan`` that finished: its wall time (:func:`record_finished`), its bases
+    (``--export-bases``: :func:`settle_bases`) and its commit (``--commit``)."""
+    record_finished(times, seed, point, seconds, start, nproc)
+    if export_bases:
+        settle_bases(seed, point, line, plan)
+    if commit:
+        commit_finished(seed, point, times)
 
 
 def pause_running(running: list[Job], plan: list[tuple[int, Point]], times: Path, export_bases: bool,
@@ -930,8 +937,7 @@ def run_one_at_a_time(plan: list[tuple[int, Point]], args: argparse.Namespace, t
 def run_command(seed: int, point: Point, line: list[str], args: argparse.Namespace, times: Path,
                 shipper: BaseShipper | None, pause: dt.datetime | None, plan: list[tuple[int, Point]]) -> int:
     """Run one command of the one-at-a-time campaign's ``plan`` and settle what it leaves: paused, its
-    checkpoints ship; finished, its wall time (unless it resumed from shipped checkpoints), its bases
-    (``--export-bases``: :func:`settle_bases`) and its commit (``--commit``).  Its exit code."""
+    checkpoints ship; finished, as :func:`settle_finished` says.  Its exit code."""
     record(times, seed, point, START, args.nproc)
     start_plan = started(seed, point)
     start = time.time()
@@ -941,11 +947,8 @@ def run_command(seed: int, point: Point, line: list[str], args: argparse.Namespa
     if rc == 130 and pause is not None and dt.datetime.now(dt.timezone.utc) >= pause:  # paused, not Ctrl-C
         pause_and_ship(seed, point, line, args.commit, args.nproc)
     if rc == 0:
-        record_finished(times, seed, point, seconds, start_plan, args.nproc)
-        if args.export_bases:
-            settle_bases(seed, point, line, plan)
-        if args.commit:
-            commit_finished(seed, point, times)
+        settle_finished(seed, point, line, plan, times, seconds, start_plan, args.export_bases, args.commit,
+                        args.nproc)
     return rc
 
 
