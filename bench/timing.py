@@ -34,14 +34,17 @@ class OtherCpus:
     and time the hypervisor stole) less this process's own (every thread of it), over the wall time.  About
     0 on a quiet machine, about 1 beside another one-thread training; unlike the 1-minute load average, it
     does not lag behind a training that just ended, and work on CPUs the process is kept off (``taskset``)
-    does not count.  A child process of this one counts as another.  NaN where psutil cannot read the CPU
-    times (warned once)."""
+    does not count.  A child process of this one counts as another, unless ``children_own``: then the CPU
+    time of its children that ended and were waited for counts as its own (a measurement whose work runs in
+    subprocesses, such as data-loader workers or the tools that build a corpus).  NaN where psutil cannot read
+    the CPU times (warned once)."""
 
-    def __init__(self) -> None:
-        self.start = _cpu_sample()
+    def __init__(self, children_own: bool = False) -> None:
+        self.children_own = children_own
+        self.start = _cpu_sample(children_own)
 
     def stop(self) -> float:
-        end = _cpu_sample()
+        end = _cpu_sample(self.children_own)
         if self.start is None or end is None or end[0] <= self.start[0]:
             return math.nan
         (t0, busy0, own0), (t1, busy1, own1) = self.start, end
@@ -52,9 +55,9 @@ NOT_BUSY = ("idle", "iowait", "guest", "guest_nice")  # (user and nice already h
 _warned: list[str] = []
 
 
-def _cpu_sample() -> tuple[float, float, float] | None:
-    """(monotonic seconds, busy CPU seconds of the CPUs this process may run on, this process's CPU
-    seconds), or None."""
+def _cpu_sample(children_own: bool = False) -> tuple[float, float, float] | None:
+    """(monotonic seconds, busy CPU seconds of the CPUs this process may run on, this process's CPU seconds
+    and, with ``children_own``, those of its children that ended), or None."""
     try:
         import psutil
 
@@ -68,7 +71,8 @@ def _cpu_sample() -> tuple[float, float, float] | None:
         return None
     busy = sum(sum(cpu) - sum(getattr(cpu, name, 0.0) for name in NOT_BUSY)
                for index, cpu in enumerate(per_cpu) if index in allowed)
-    return time.monotonic(), busy, own.user + own.system
+    children = own.children_user + own.children_system if children_own else 0.0
+    return time.monotonic(), busy, own.user + own.system + children
 
 
 # How a model is called on an input batch (a task may decode instead of a single forward).

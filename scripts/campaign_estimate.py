@@ -8,7 +8,8 @@ stage name up to its first "-": ``e2e-b0.4`` is timed by ``e2e-b0.6``), so the e
 stage with neither takes the step time of the task's dense base (the median of its quiet rows in
 ``results/throughput``, else measured now as ``bench run``'s plan line does: a method's steps may cost more), and
 the estimate says so.  The estimate counts training only (not the
-evaluation and timing after it) and assumes one training on the machine at a time.
+evaluation and timing after it) and assumes one training on the machine at a time.  The rates are those of
+one-process fp32 trainings: a ``--nproc`` command's estimate errs long or short by its ranks' speed-up.
 """
 
 from __future__ import annotations
@@ -120,10 +121,9 @@ def estimate(seed: int, point: Point, threads: int, rates: Rates, base_step_s) -
 
 
 def recorded_base_step_s(rates: Rates, live=None):
-    """A ``base_step_s`` from the dense base's quiet recorded rates (:func:`bench.throughput.quiet_base_rates`); a
-    (task, threads)
-    without one is measured now (``live``, by default :func:`live_base_step_s`), which on a busy machine takes
-    minutes and slows the training it shares the CPUs with."""
+    """A ``base_step_s`` from the dense base's quiet recorded rates (:func:`bench.throughput.quiet_base_rates`);
+    a (task, threads) without one is measured now (``live``, by default :func:`live_base_step_s`), which on a
+    busy machine takes minutes and slows the training it shares the CPUs with."""
     live = live or live_base_step_s()
 
     def step_s(task: str, threads: int) -> float:

@@ -17,7 +17,8 @@ beside one process's rows of the same stage (column ``processes``).
 
 Rows go to ``results/throughput/<run_id>.csv`` (one per stage and thread count) with the 1-minute load
 average before and after, the CPUs other processes kept busy during the two trainings (``other_cpus``,
-:class:`bench.timing.OtherCpus`; under ``--processes`` the other ranks count among them), the CPU count and
+:class:`bench.timing.OtherCpus`; the script's own subprocesses, such as data workers or the tools that build a
+corpus, do not count; under ``--processes`` the other ranks do), the CPU count and
 model, and whether the tree was clean; ``reports/throughput.md`` is drawn from every row there (here, and by
 ``bench report``).  A stage measured on a busy machine (:func:`bench.throughput.is_quiet`) is marked loaded:
 compare only quiet rows.
@@ -105,7 +106,7 @@ def measure(task: str, method: str, threads: int, n1: int, n2: int, precision: s
     from bench import distributed, provenance
     from bench.timing import OtherCpus
 
-    load_before, others = os.getloadavg()[0], OtherCpus()
+    load_before, others = os.getloadavg()[0], OtherCpus(children_own=True)  # (its data workers, corpus tools)
     (_, short), (dataset, long) = (stage_times(task, method, threads, n, precision) for n in (n1, n2))
     load_after, other_cpus = os.getloadavg()[0], others.stop()
     rows = []

@@ -837,7 +837,8 @@ def test_quiet_base_rates_are_medians_of_quiet_fp32_rows(tmp_path):
              ("imagenet", "acm:gates", 1, 50.0, "2026-01-07", 1.0, 1.0, 2, "fp32")]  # not the base
     pd.DataFrame(rows, columns=columns).to_csv(tmp_path / "a.csv", index=False)
     assert estimate.quiet_base_rates(tmp_path) == {("imagenet", "dense:base", 1): 20.0}
-    assert estimate.rates(tmp_path) == (estimate.measured_rates(tmp_path), estimate.quiet_base_rates(tmp_path))
+    latest = {("imagenet", "dense:base", 1): 99.0, ("imagenet", "acm:gates", 1): 50.0}  # (the loaded row: latest)
+    assert estimate.rates(tmp_path) == (latest, {("imagenet", "dense:base", 1): 20.0})  # the rows read once
 
 
 def test_estimate_times_the_stages_left_to_train(tmp_path, monkeypatch):

@@ -105,7 +105,13 @@ def test_the_cpus_other_processes_keep_busy_are_measured_without_the_runs_own(mo
                   (12.0, [cpu(52.5, 0, 5, 91, 1, 0, 0, 0, 8, 0), cpu(41, 1, 4, 81, 0, 0, 0, 0.5, 0, 0)], own(5, 1.5))])
     monkeypatch.setattr(timing.os, "sched_getaffinity", lambda pid: {1})  # kept off CPU 0 (taskset)
     assert timing.OtherCpus().stop() == pytest.approx(0.0)  # CPU 1's 1.5 busy s are all but the run's own
-    monkeypatch.setattr(timing, "_cpu_sample", lambda: None)  # psutil cannot read them
+    kids = namedtuple("kids", "user system children_user children_system")
+    ticks = iter([(10.0, [cpu(50, 0, 5, 90, 1, 0, 0, 0, 7, 0), cpu(40, 1, 4, 80, 0, 0, 0, 0, 0, 0)], kids(4, 1, 2, 0)),
+                  (12.0, [cpu(52.5, 0, 5, 91, 1, 0, 0, 0, 8, 0), cpu(41, 1, 4, 81, 0, 0, 0, 0.5, 0, 0)],
+                   kids(5, 1.5, 2.8, 0.2))])  # + 1 s of its children that ended (a corpus tool, data workers)
+    monkeypatch.setattr(timing.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert timing.OtherCpus(children_own=True).stop() == pytest.approx((4 - 1.5 - 1) / 2)
+    monkeypatch.setattr(timing, "_cpu_sample", lambda children_own=False: None)  # psutil cannot read them
     assert math.isnan(timing.OtherCpus().stop())
     monkeypatch.undo()
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
