@@ -560,7 +560,7 @@ def point_rows(points: list[Point], base: dict, dense_macs: float) -> list[dict]
                      "loadavg_1m": ";".join(f"{v:.2f}" for v in point.load),
                      "loadavg_1m_mean": statistics.fmean(point.load),
                      "other_cpus": ";".join(f"{v:.3f}" for v in point.others),
-                     "other_cpus_mean": statistics.fmean(point.others) if point.others else math.nan, "status": "ok"})
+                     "other_cpus_mean": statistics.fmean(point.others), "status": "ok"})
     return rows
 
 
